@@ -1,0 +1,1 @@
+"""The engine that plans and runs the three phases; importable without Airflow."""

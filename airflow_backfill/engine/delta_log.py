@@ -1,0 +1,127 @@
+"""Reads of Delta logs through delta-rs: versions, watermarks, table checks.
+
+Nothing here starts Spark, so the Airflow hook, sensor and trigger can use it from a
+scheduler or triggerer process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+from airflow_backfill.exceptions import TargetError, UpstreamError
+
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+METADATA_PREFIX = "airflow_backfill."
+_UNSUPPORTED_READER_FEATURES = {
+    "deletionVectors": "deletion vectors",
+    "columnMapping": "column mapping",
+}
+
+
+@dataclass(frozen=True)
+class UpstreamInfo:
+    """What the phases need to know about the upstream at one version."""
+
+    uri: str
+    version: int
+    schema: pa.Schema
+
+
+def table_exists(uri: str) -> bool:
+    """True when `uri` holds a Delta log (cheap: no table load)."""
+    return os.path.isdir(os.path.join(uri, "_delta_log")) and DeltaTable.is_deltatable(uri)
+
+
+def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
+    """Load the upstream, turning delta-rs' errors into ones that say what to do."""
+    if not table_exists(uri):
+        raise UpstreamError(
+            f"upstream {uri} is not a Delta table (no _delta_log); check the job's `source`."
+        )
+    try:
+        return DeltaTable(uri, version=version)
+    except TableNotFoundError:
+        raise UpstreamError(f"upstream {uri} is not a Delta table; check the job's `source`.") from None
+    except Exception as error:  # delta-rs raises generic errors for missing versions
+        if version is not None:
+            raise UpstreamError(
+                f"upstream {uri} cannot be read as of version {version}: {error}. The version "
+                "may have been vacuumed or its log expired; rebuild the MV with a new snapshot."
+            ) from None
+        raise
+
+
+def latest_version(uri: str) -> int:
+    """The upstream's newest committed version (its latest epoch)."""
+    return open_upstream(uri).version()
+
+
+def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
+    """Validate that the upstream can be backfilled from and describe it at `version`.
+
+    Refused: a missing table, a table without the Change Data Feed (catch-up and forward
+    read it), and reader features that make the Parquet files alone not the table's rows.
+    """
+    table = open_upstream(uri, version)
+    configuration = table.metadata().configuration
+    if str(configuration.get(CDF_PROPERTY, "false")).lower() != "true":
+        raise UpstreamError(
+            f"upstream {uri} does not have the Change Data Feed enabled; enable it with "
+            f"ALTER TABLE ... SET TBLPROPERTIES ('{CDF_PROPERTY}' = 'true') "
+            "(delta-rs: DeltaTable.alter.set_table_properties) and start the backfill after that version."
+        )
+    features = set(table.protocol().reader_features or [])
+    for feature, label in _UNSUPPORTED_READER_FEATURES.items():
+        if feature in features:
+            raise UpstreamError(
+                f"upstream {uri} uses {label} (reader feature {feature!r}); its Parquet files "
+                "cannot be read without them. Rewrite the table without that feature."
+            )
+    if configuration.get("delta.columnMapping.mode", "none") not in ("none", None):
+        raise UpstreamError(
+            f"upstream {uri} uses column mapping; rewrite the table without column mapping."
+        )
+    if table.metadata().partition_columns:
+        raise UpstreamError(
+            f"upstream {uri} is partitioned by {table.metadata().partition_columns}; "
+            "partitioned upstreams are not supported yet. Use an unpartitioned copy."
+        )
+    return UpstreamInfo(uri=uri, version=table.version(), schema=arrow_schema(table))
+
+
+def arrow_schema(table: DeltaTable) -> pa.Schema:
+    """The table's schema as a pyarrow schema (delta-rs 1.x returns arro3 objects)."""
+    return pa.schema(table.schema().to_arrow())
+
+
+def read_watermark(target: str, app_id: str) -> int | None:
+    """The upstream epoch the MV reflects, from its app transaction; None if not created."""
+    if not table_exists(target):
+        return None
+    version = DeltaTable(target).transaction_version(app_id)
+    if version is None:
+        raise TargetError(
+            f"target {target} is a Delta table that was not built by this job ({app_id}); "
+            "choose another target path or delete that table."
+        )
+    return int(version)
+
+
+def last_commit_metadata(target: str) -> dict[str, Any]:
+    """The `airflow_backfill.*` metadata of the MV's latest commit ({} when none)."""
+    if not table_exists(target):
+        return {}
+    history = DeltaTable(target).history(limit=1)
+    if not history:
+        return {}
+    return {
+        key[len(METADATA_PREFIX) :]: value
+        for key, value in history[0].items()
+        if key.startswith(METADATA_PREFIX)
+    }

@@ -1,0 +1,27 @@
+"""Errors raised by airflow_backfill.
+
+Every message names the problem and the fix. All of them are raised before any data
+is written, so a failed run never leaves a half-written materialized view behind.
+"""
+
+from __future__ import annotations
+
+
+class BackfillError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class BackfillConfigError(BackfillError, ValueError):
+    """The job declaration (job file, DAG arguments or --conf overrides) is invalid."""
+
+
+class UnsupportedQueryError(BackfillConfigError):
+    """The MV query uses a construct the engine cannot maintain incrementally."""
+
+
+class UpstreamError(BackfillError):
+    """The upstream table cannot be backfilled from (missing, no change feed, ...)."""
+
+
+class TargetError(BackfillError):
+    """The target MV table is in a state this job cannot continue from."""

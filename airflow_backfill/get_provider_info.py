@@ -1,0 +1,44 @@
+"""Provider metadata read by Airflow's provider discovery.
+
+Imports nothing heavy: discovery runs in every Airflow process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_backfill import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    """What `airflow providers list` shows; `package-name` must equal the distribution name."""
+    return {
+        "package-name": "airflow-backfill",
+        "name": "Airflow Backfill",
+        "description": "Backfill and incrementally maintain a materialized view over a live "
+        "Delta Lake table, in three Spark phases: snapshot, log-store catch-up, forward.",
+        "versions": [__version__],
+        "hook-class-names": [],
+        "integrations": [
+            {
+                "integration-name": "Airflow Backfill",
+                "external-doc-url": "https://delta.io/",
+                "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Airflow Backfill",
+                "python-modules": ["airflow_backfill.operators.phases", "airflow_backfill.operators.pin_epoch"],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.sensors.lag"]}
+        ],
+        "triggers": [
+            {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.triggers.lag"]}
+        ],
+        "hooks": [
+            {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.hooks.delta"]}
+        ],
+    }

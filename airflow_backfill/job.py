@@ -1,0 +1,195 @@
+"""The declaration of a backfill job: what to build, from what, and how fast.
+
+A job comes from a YAML job file (`load_job`) or from Python (`BackfillJob(...)`);
+both paths run the same validation, so a bad declaration fails at DAG-parse time or on
+load, before any Spark work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from airflow_backfill.exceptions import BackfillConfigError
+
+MAX_PARALLELISM = 1024
+"""Upper bound for both parallelisms: far above any single cluster slot count, low
+enough to catch a typo such as an extra zero."""
+
+_NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+
+
+def _positive_int(name: str, value: Any, upper: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BackfillConfigError(
+            f"{name} must be an integer between 1 and {upper}, got {value!r}; "
+            f"set {name} to a whole number such as 2."
+        )
+    if not 1 <= value <= upper:
+        raise BackfillConfigError(
+            f"{name} must be between 1 and {upper}, got {value}; pick a value in that range."
+        )
+    return value
+
+
+def validate_parallelism(name: str, value: Any) -> int:
+    """Validate a (backfill) parallelism; shared by the job, --conf overrides and the CLI."""
+    return _positive_int(name, value, MAX_PARALLELISM)
+
+
+def validate_rate_limit(value: Any) -> int | None:
+    """Validate a rows-per-second cap; None means unlimited."""
+    if value is None:
+        return None
+    return _positive_int("rate_limit", value, 10**12)
+
+
+def validate_lag_threshold(value: Any) -> int:
+    """Validate the number of pending epochs at which catch-up hands over to forward."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BackfillConfigError(
+            f"lag_threshold must be a non-negative integer (pending epochs), got {value!r}."
+        )
+    return value
+
+
+def normalize_table_uri(name: str, value: Any) -> str:
+    """Return an absolute local path (or a URI with a scheme) for a Delta table."""
+    if not isinstance(value, str) or not value.strip():
+        raise BackfillConfigError(f"{name} must be a Delta table path or URI, got {value!r}.")
+    value = value.strip()
+    if value.startswith("file://"):
+        value = value[len("file://") :]
+    if "://" in value:
+        raise BackfillConfigError(
+            f"{name}={value!r}: only local Delta tables (a path or file://) are supported; "
+            "copy the table to a local or mounted path."
+        )
+    return os.path.abspath(os.path.expanduser(value))
+
+
+@dataclass(frozen=True)
+class BackfillJob:
+    """One materialized view over one upstream Delta table."""
+
+    name: str
+    """Identifies the job; the MV's app transaction id is `airflow_backfill/<name>`."""
+    source: str
+    """Upstream Delta table (path or file:// URI). It must have the Change Data Feed on."""
+    target: str
+    """The MV's Delta table (path or file:// URI). Created by the snapshot phase."""
+    query: str
+    """Spark SQL over the table name `source` that defines the MV."""
+    primary_key: tuple[str, ...]
+    """Upstream primary-key columns; the query must select each of them unchanged."""
+    backfill_parallelism: int = 2
+    """Spark parallelism of the snapshot and catch-up phases."""
+    parallelism: int = 1
+    """Spark parallelism of the forward phase (steady state)."""
+    lag_threshold: int = 0
+    """Pending upstream epochs at or under which catch-up hands over to forward."""
+    rate_limit: int | None = None
+    """Rows per second cap on snapshot and catch-up reads; None for no cap."""
+    poll_interval: float = 1.0
+    """Seconds between upstream polls in the forward phase and the caught-up sensor."""
+    max_catch_up_rounds: int = 100
+    """Catch-up rounds after which the job hands over to forward even if still lagging."""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Free-form user metadata, kept but not interpreted."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_PATTERN.match(self.name):
+            raise BackfillConfigError(
+                f"name must start with a letter and use only letters, digits, '_', '.' or '-' "
+                f"(at most 128 characters), got {self.name!r}."
+            )
+        object.__setattr__(self, "source", normalize_table_uri("source", self.source))
+        object.__setattr__(self, "target", normalize_table_uri("target", self.target))
+        if self.source == self.target:
+            raise BackfillConfigError(
+                f"source and target are the same table ({self.source}); the MV needs its own path."
+            )
+        if not isinstance(self.query, str) or not self.query.strip():
+            raise BackfillConfigError("query must be a non-empty Spark SQL SELECT over `source`.")
+        object.__setattr__(self, "primary_key", _primary_key(self.primary_key))
+        validate_parallelism("backfill_parallelism", self.backfill_parallelism)
+        validate_parallelism("parallelism", self.parallelism)
+        validate_lag_threshold(self.lag_threshold)
+        validate_rate_limit(self.rate_limit)
+        if isinstance(self.poll_interval, bool) or not isinstance(self.poll_interval, int | float):
+            raise BackfillConfigError(f"poll_interval must be a number of seconds, got {self.poll_interval!r}.")
+        if not 0 < self.poll_interval <= 3600:
+            raise BackfillConfigError(f"poll_interval must be in (0, 3600] seconds, got {self.poll_interval}.")
+        _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
+
+    @property
+    def app_id(self) -> str:
+        """The Delta app transaction id that carries the MV's watermark."""
+        return f"airflow_backfill/{self.name}"
+
+    @classmethod
+    def from_mapping(cls, data: Any, *, origin: str = "job") -> BackfillJob:
+        """Build a job from a mapping, rejecting unknown and missing keys by name."""
+        if not isinstance(data, dict):
+            raise BackfillConfigError(f"{origin}: expected a mapping of job fields, got {type(data).__name__}.")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BackfillConfigError(
+                f"{origin}: unknown field(s) {', '.join(unknown)}; valid fields are {', '.join(sorted(known))}."
+            )
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise BackfillConfigError(f"{origin}: missing required field(s) {', '.join(missing)}.")
+        try:
+            return cls(**data)
+        except BackfillConfigError as error:
+            raise BackfillConfigError(f"{origin}: {error}") from None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """A JSON-serialisable mapping that `from_mapping` turns back into this job."""
+        data = asdict(self)
+        data["primary_key"] = list(self.primary_key)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_mapping(), sort_keys=True)
+
+    def with_overrides(self, **overrides: Any) -> BackfillJob:
+        """A copy with some fields replaced (validated like the original)."""
+        return replace(self, **overrides)
+
+
+def _primary_key(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not value:
+        raise BackfillConfigError(
+            f"primary_key must be a column name or a non-empty list of column names, got {value!r}."
+        )
+    if not all(isinstance(column, str) and column for column in value):
+        raise BackfillConfigError(f"primary_key entries must be column names, got {value!r}.")
+    if len(set(value)) != len(value):
+        raise BackfillConfigError(f"primary_key lists a column twice: {value!r}.")
+    return tuple(value)
+
+
+def load_job(path: str | os.PathLike[str]) -> BackfillJob:
+    """Load and validate a YAML job file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BackfillConfigError(f"job file {path} does not exist; check the path.") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise BackfillConfigError(f"job file {path} is not valid YAML: {error}") from None
+    return BackfillJob.from_mapping(data, origin=f"job file {path}")
