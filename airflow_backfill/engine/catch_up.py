@@ -1,0 +1,112 @@
+"""Phase 2, log-store catch-up: replay the upstream's change feed in rounds.
+
+Each round covers every epoch pending at its start, so the epochs pending after a round
+are only those that arrived during it. Rounds repeat until the lag is at or under the
+job's threshold; if the lag stops shrinking (the upstream writes faster than a round
+applies), catch-up hands over to forward with a warning, which loses nothing because
+forward continues from the same watermark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine import job_state
+from airflow_backfill.engine.apply import apply_epochs, current_watermark
+from airflow_backfill.engine.delta_log import check_upstream, latest_version
+from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.rate_limit import pace
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
+STALLED_ROUNDS = 3
+"""Consecutive rounds without a shrinking lag after which catch-up hands over."""
+
+
+@dataclass(frozen=True)
+class CatchUpRound:
+    round: int
+    pending_epochs: int
+    """Epochs pending when the round started (all of them are applied by the round)."""
+    seconds_behind: float
+    """Age of the newest applied upstream epoch relative to the MV's watermark epoch."""
+    change_rows: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CatchUpResult:
+    watermark: int
+    rounds: list[CatchUpRound]
+    pending_epochs: int
+    converged: bool
+
+
+def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | None = None) -> CatchUpResult:
+    """Catch the MV up until pending epochs <= lag_threshold (or the lag stalls)."""
+    parallelism = parallelism or job.backfill_parallelism
+    plan = plan_query(job.query, job.primary_key)
+    check_upstream(job.source)
+    watermark = current_watermark(job)
+    job_state.update_state(job.target, phase=job_state.PHASE_CATCH_UP, parallelism=parallelism)
+    rounds: list[CatchUpRound] = []
+    stalled = 0
+    while True:
+        latest = latest_version(job.source)
+        pending = latest - watermark
+        log.info("catch-up: watermark %s, upstream %s, pending epochs %s (threshold %s)",
+                 watermark, latest, pending, job.lag_threshold)
+        if pending <= job.lag_threshold:
+            converged = True
+            break
+        if rounds and pending >= rounds[-1].pending_epochs:
+            stalled += 1
+        else:
+            stalled = 0
+        if stalled >= STALLED_ROUNDS or len(rounds) >= job.max_catch_up_rounds:
+            log.warning(
+                "catch-up: the lag has not shrunk for %s rounds (pending %s); the upstream commits "
+                "faster than catch-up applies. Handing over to forward, which continues from "
+                "watermark %s: nothing is lost.", stalled, pending, watermark,
+            )
+            converged = False
+            break
+        round_started = time.monotonic()
+        applied = apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_CATCH_UP, parallelism=parallelism)
+        change_rows = applied.change_rows if applied else 0
+        pace(change_rows, time.monotonic() - round_started, job.rate_limit)
+        watermark = latest
+        rounds.append(CatchUpRound(
+            round=len(rounds) + 1, pending_epochs=pending,
+            seconds_behind=_seconds_behind(job.source, watermark),
+            change_rows=change_rows, seconds=round(time.monotonic() - round_started, 3),
+        ))
+        job_state.update_state(job.target, catch_up_rounds=[asdict(r) for r in rounds], watermark=watermark)
+    job_state.update_state(
+        job.target, phase=job_state.PHASE_CATCH_UP, state=job_state.STATE_CREATED,
+        caught_up_epoch=watermark, catch_up_converged=converged,
+        catch_up_rounds=[asdict(r) for r in rounds],
+    )
+    log.info("catch-up done: watermark %s after %s rounds, pending %s", watermark, len(rounds), pending)
+    return CatchUpResult(watermark=watermark, rounds=rounds, pending_epochs=pending, converged=converged)
+
+
+def _seconds_behind(source: str, watermark: int) -> float:
+    """How far the MV trails the upstream's newest commit, in seconds of commit time."""
+    from deltalake import DeltaTable
+
+    history = DeltaTable(source).history(limit=1)
+    newest = history[0]["timestamp"] if history else None
+    at_watermark = DeltaTable(source, version=watermark).history(limit=1)
+    applied = at_watermark[0]["timestamp"] if at_watermark else None
+    if newest is None or applied is None:
+        return 0.0
+    return max(0.0, (newest - applied) / 1000.0)

@@ -1,0 +1,148 @@
+"""Commit to the MV's Delta log through delta-rs, always with the app transaction.
+
+Every commit carries the MV's new watermark (app transaction `airflow_backfill/<job>`,
+version = the upstream epoch the MV now reflects) in the same atomic log entry as its
+data, so readers and retries see data and watermark change together or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.transaction import AddAction, create_table_with_add_actions
+
+from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.exceptions import TargetError
+
+if TYPE_CHECKING:
+    from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What one MV commit records besides its data."""
+
+    phase: str
+    epoch: int
+    parallelism: int
+    rows: int
+
+    def properties(self, job: BackfillJob) -> CommitProperties:
+        metadata = {
+            "job": job.name,
+            "source": job.source,
+            "query": job.query,
+            "epoch": str(self.epoch),
+            "phase": self.phase,
+            "parallelism": str(self.parallelism),
+            "rows": str(self.rows),
+        }
+        return CommitProperties(
+            custom_metadata={METADATA_PREFIX + key: value for key, value in metadata.items()},
+            app_transactions=[Transaction(app_id=job.app_id, version=self.epoch)],
+        )
+
+
+def add_actions_for(table_root: str, data_dir: str) -> tuple[list[AddAction], int]:
+    """Add actions (with row-count stats) for the Parquet files Spark wrote in `data_dir`."""
+    actions: list[AddAction] = []
+    total_rows = 0
+    for name in sorted(os.listdir(data_dir)):
+        if not name.endswith(".parquet") or name.startswith((".", "_")):
+            continue
+        path = os.path.join(data_dir, name)
+        rows = pq.read_metadata(path).num_rows
+        total_rows += rows
+        stat = os.stat(path)
+        actions.append(
+            AddAction(
+                path=os.path.relpath(path, table_root),
+                size=stat.st_size,
+                partition_values={},
+                modification_time=int(stat.st_mtime * 1000),
+                data_change=True,
+                stats=json.dumps({"numRecords": rows}),
+            )
+        )
+    return actions, total_rows
+
+
+def create_mv(job: BackfillJob, schema: pa.Schema, actions: list[AddAction], info: CommitInfo) -> None:
+    """Create the MV table from Spark-written files in one commit (fails if it exists)."""
+    try:
+        create_table_with_add_actions(
+            job.target,
+            Schema.from_arrow(schema),
+            actions,
+            mode="error",
+            name=job.name,
+            description=f"Materialized view maintained by airflow_backfill job {job.name}",
+            configuration={CDF_PROPERTY: "true"},
+            commit_properties=info.properties(job),
+        )
+    except Exception as error:
+        if "exists" in str(error).lower():
+            raise TargetError(
+                f"target {job.target} was created by another run while this snapshot ran; "
+                "only one run per job may write the MV. Nothing was committed by this run."
+            ) from None
+        raise
+    log.info("created MV %s at epoch %s with %s rows", job.target, info.epoch, info.rows)
+
+
+def merge_changes(job: BackfillJob, changes: pa.Table, mv_key: tuple[str, ...], info: CommitInfo) -> dict:
+    """Apply keyed upserts and deletes to the MV and move its watermark, in one commit.
+
+    `changes` has the MV's columns plus `__present`: true for the new row of a key, null
+    when the key left the MV (upstream delete, or its new image fails the WHERE).
+    """
+    table = DeltaTable(job.target)
+    mv_columns = [name for name in changes.column_names if name != "__present"]
+    predicate = " AND ".join(f"t.{_quote(column)} = s.{_quote(column)}" for column in mv_key)
+    values = {column: f"s.{_quote(column)}" for column in mv_columns}
+    started = time.monotonic()
+    metrics: dict = {}
+    if changes.num_rows:
+        metrics = (
+            table.merge(
+                changes,
+                predicate=predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=info.properties(job),
+            )
+            .when_matched_delete(predicate="s.__present IS NULL")
+            .when_matched_update(updates=values, predicate="s.__present IS NOT NULL")
+            .when_not_matched_insert(updates=values, predicate="s.__present IS NOT NULL")
+            .execute()
+        )
+    if not metrics.get("num_target_files_added") and not metrics.get("num_target_files_removed"):
+        # Nothing to rewrite (or no changes at all): still move the watermark.
+        commit_watermark_only(job, info)
+    log.info(
+        "merged %s changed keys into %s at epoch %s in %.2fs (%s)",
+        changes.num_rows, job.target, info.epoch, time.monotonic() - started, metrics or "no data change",
+    )
+    return metrics
+
+
+def commit_watermark_only(job: BackfillJob, info: CommitInfo) -> None:
+    """An empty commit that only records the new watermark (the epochs changed nothing here)."""
+    table = DeltaTable(job.target)
+    table.create_write_transaction(
+        [], mode="append", schema=table.schema(), commit_properties=info.properties(job)
+    )
+
+
+def _quote(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
