@@ -60,7 +60,7 @@ def validate_lag_threshold(value: Any) -> int:
 
 
 def normalize_table_uri(name: str, value: Any) -> str:
-    """Return an absolute local path (or a URI with a scheme) for a Delta table."""
+    """An absolute local path for a Delta table; `~` and `${VARS}` are expanded."""
     if not isinstance(value, str) or not value.strip():
         raise BackfillConfigError(f"{name} must be a Delta table path or URI, got {value!r}.")
     value = value.strip()
@@ -71,7 +71,7 @@ def normalize_table_uri(name: str, value: Any) -> str:
             f"{name}={value!r}: only local Delta tables (a path or file://) are supported; "
             "copy the table to a local or mounted path."
         )
-    return os.path.abspath(os.path.expanduser(value))
+    return os.path.abspath(os.path.expanduser(os.path.expandvars(value)))
 
 
 @dataclass(frozen=True)

@@ -11,3 +11,4 @@ export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-spark://local?d
 export PYSPARK_PYTHON="$_root/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$_root/.venv/bin/python"
 unset _root
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"

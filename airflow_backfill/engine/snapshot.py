@@ -17,7 +17,12 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.changes import apply_query
-from airflow_backfill.engine.delta_log import UpstreamInfo, check_upstream, open_upstream, read_watermark
+from airflow_backfill.engine.delta_log import (
+    UpstreamInfo,
+    check_upstream,
+    open_upstream,
+    read_watermark,
+)
 from airflow_backfill.engine.mv_commit import CommitInfo, add_actions_for, create_mv
 from airflow_backfill.engine.query import plan_query
 

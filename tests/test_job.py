@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job import BackfillJob, load_job
+
+VALID = {
+    "name": "orders_mv",
+    "source": "/data/orders",
+    "target": "/data/orders_mv",
+    "query": "SELECT order_id FROM source",
+    "primary_key": ["order_id"],
+}
+
+
+def test_job_file_round_trip(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: orders_mv\nsource: file:///data/orders\ntarget: /data/orders_mv\n"
+        "query: SELECT order_id FROM source\nprimary_key: order_id\nbackfill_parallelism: 4\n"
+        "parallelism: 1\nlag_threshold: 2\nrate_limit: 1000\n"
+    )
+    job = load_job(path)
+    assert job.source == "/data/orders"
+    assert job.primary_key == ("order_id",)
+    assert (job.backfill_parallelism, job.parallelism, job.lag_threshold, job.rate_limit) == (4, 1, 2, 1000)
+    assert job.app_id == "airflow_backfill/orders_mv"
+    assert BackfillJob.from_mapping(job.to_mapping()) == job
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "1bad name"}, "name must start with a letter"),
+        ({"backfill_parallelism": 0}, "backfill_parallelism must be between 1 and"),
+        ({"parallelism": "2"}, "parallelism must be an integer"),
+        ({"parallelism": True}, "parallelism must be an integer"),
+        ({"lag_threshold": -1}, "lag_threshold must be a non-negative integer"),
+        ({"rate_limit": 0}, "rate_limit must be between 1 and"),
+        ({"primary_key": []}, "primary_key must be a column name"),
+        ({"primary_key": ["a", "a"]}, "lists a column twice"),
+        ({"target": "/data/orders"}, "source and target are the same table"),
+        ({"source": "s3://bucket/orders"}, "only local Delta tables"),
+        ({"query": " "}, "query must be a non-empty"),
+        ({"poll_interval": 0}, "poll_interval must be in"),
+        ({"colour": "blue"}, "unknown field(s) colour"),
+    ],
+)
+def test_invalid_fields_name_the_problem(change, message):
+    with pytest.raises(BackfillConfigError) as caught:
+        BackfillJob.from_mapping({**VALID, **change})
+    assert message in str(caught.value)
+
+
+def test_missing_fields_are_listed():
+    with pytest.raises(BackfillConfigError, match="missing required field\\(s\\) query, primary_key"):
+        BackfillJob.from_mapping({k: v for k, v in VALID.items() if k not in ("query", "primary_key")})
+
+
+def test_job_file_errors_name_the_file(tmp_path):
+    with pytest.raises(BackfillConfigError, match="does not exist"):
+        load_job(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(BackfillConfigError, match=f"job file {bad} is not valid YAML"):
+        load_job(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("just a string\n")
+    with pytest.raises(BackfillConfigError, match="expected a mapping"):
+        load_job(scalar)
