@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import string
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,26 @@ def validate_lag_threshold(value: Any) -> int:
     return value
 
 
+HOME_VARIABLE = "AIRFLOW_BACKFILL_HOME"
+DEFAULT_HOME = "~/airflow_backfill"
+
+
+def backfill_home() -> str:
+    """Where the example jobs keep their tables: $AIRFLOW_BACKFILL_HOME or ~/airflow_backfill."""
+    return os.path.expanduser(os.environ.get(HOME_VARIABLE) or DEFAULT_HOME)
+
+
+def expand_path(value: str) -> str:
+    """Expand `~` and `${VARS}` (AIRFLOW_BACKFILL_HOME has a default); refuse unset variables."""
+    variables = {**os.environ, HOME_VARIABLE: backfill_home()}
+    expanded = os.path.expanduser(string.Template(value).safe_substitute(variables))
+    if "$" in expanded:
+        raise BackfillConfigError(
+            f"{value!r} uses an environment variable that is not set; export it or write the path out."
+        )
+    return os.path.abspath(expanded)
+
+
 def normalize_table_uri(name: str, value: Any) -> str:
     """An absolute local path for a Delta table; `~` and `${VARS}` are expanded."""
     if not isinstance(value, str) or not value.strip():
@@ -71,7 +92,7 @@ def normalize_table_uri(name: str, value: Any) -> str:
             f"{name}={value!r}: only local Delta tables (a path or file://) are supported; "
             "copy the table to a local or mounted path."
         )
-    return os.path.abspath(os.path.expanduser(os.path.expandvars(value)))
+    return expand_path(value)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from airflow_backfill.engine.snapshot_chunks import DEFAULT_CHUNK_BYTES
 from spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
 
 
@@ -16,14 +17,21 @@ from spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, r
 class SnapshotArgs:
     job: argparse.Namespace
     epoch: int | None
+    chunk_bytes: int
 
 
 def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     parser = argparse.ArgumentParser(prog="snapshot", description=__doc__)
     job_arguments(parser)
     parser.add_argument("--epoch", type=int, help="upstream version to pin (default: latest)")
+    parser.add_argument(
+        "--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES,
+        help="upstream bytes per snapshot chunk, the unit of progress and resumption",
+    )
     args = parser.parse_args(argv)
-    return SnapshotArgs(job=args, epoch=args.epoch)
+    if args.chunk_bytes < 1:
+        parser.error("--chunk-bytes must be a positive integer")
+    return SnapshotArgs(job=args, epoch=args.epoch, chunk_bytes=args.chunk_bytes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parallelism = resolve_parallelism(args.job, job.backfill_parallelism)
         spark = build_spark_session(f"airflow_backfill:{job.name}:snapshot", parallelism)
         try:
-            run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism)
+            run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism, chunk_bytes=args.chunk_bytes)
         finally:
             spark.stop()
         return 0

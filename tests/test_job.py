@@ -69,3 +69,16 @@ def test_job_file_errors_name_the_file(tmp_path):
     scalar.write_text("just a string\n")
     with pytest.raises(BackfillConfigError, match="expected a mapping"):
         load_job(scalar)
+
+
+def test_paths_expand_the_backfill_home_and_refuse_unset_variables(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path))
+    job = BackfillJob.from_mapping({**VALID, "source": "${AIRFLOW_BACKFILL_HOME}/orders"})
+    assert job.source == str(tmp_path / "orders")
+    monkeypatch.delenv("AIRFLOW_BACKFILL_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    job = BackfillJob.from_mapping({**VALID, "source": "${AIRFLOW_BACKFILL_HOME}/orders"})
+    assert job.source == str(tmp_path / "home" / "airflow_backfill" / "orders")
+    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    with pytest.raises(BackfillConfigError, match="environment variable that is not set"):
+        BackfillJob.from_mapping({**VALID, "source": "${NOT_SET_ANYWHERE}/orders"})

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -36,6 +36,7 @@ class CommitInfo:
     epoch: int
     parallelism: int
     rows: int
+    extra: dict[str, str] = field(default_factory=dict)
 
     def properties(self, job: BackfillJob) -> CommitProperties:
         metadata = {
@@ -46,6 +47,7 @@ class CommitInfo:
             "phase": self.phase,
             "parallelism": str(self.parallelism),
             "rows": str(self.rows),
+            **self.extra,
         }
         return CommitProperties(
             custom_metadata={METADATA_PREFIX + key: value for key, value in metadata.items()},

@@ -1,0 +1,68 @@
+"""Split the upstream's files at the pinned epoch into chunks the snapshot processes one by one.
+
+Chunks are the snapshot's unit of progress: each finished chunk's output is durable, so
+a rerun after a crash redoes only the chunk that was in flight. The split depends only on
+the file list at the epoch, so a rerun computes the same chunks.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from airflow_backfill.engine.delta_log import open_upstream
+
+DEFAULT_CHUNK_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class UpstreamFile:
+    path: str
+    size: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    files: tuple[UpstreamFile, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def list_upstream_files(uri: str, version: int) -> list[UpstreamFile]:
+    """The upstream's data files at `version`, in a stable order, with row counts."""
+    actions = pa.table(open_upstream(uri, version).get_add_actions(flatten=True))
+    files = [
+        UpstreamFile(
+            path=os.path.join(uri, row["path"]) if not os.path.isabs(row["path"]) else row["path"],
+            size=int(row["size_bytes"]),
+            rows=int(row["num_records"] or 0),
+        )
+        for row in actions.select(["path", "size_bytes", "num_records"]).to_pylist()
+    ]
+    return sorted(files, key=lambda f: f.path)
+
+
+def plan_chunks(files: list[UpstreamFile], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[Chunk]:
+    """Consecutive groups of files of about `chunk_bytes` each (a big file is its own chunk)."""
+    chunks: list[Chunk] = []
+    current: list[UpstreamFile] = []
+    current_bytes = 0
+    for file in files:
+        if current and current_bytes + file.size > chunk_bytes:
+            chunks.append(Chunk(len(chunks), tuple(current)))
+            current, current_bytes = [], 0
+        current.append(file)
+        current_bytes += file.size
+    if current:
+        chunks.append(Chunk(len(chunks), tuple(current)))
+    return chunks

@@ -1,0 +1,85 @@
+"""The spark-submit entry points as separate processes, the way Airflow runs them, with
+the upstream written by a simulator process the whole time."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from deltalake import DeltaTable
+from oracle import assert_every_commit_matches
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+QUERY = "SELECT order_id, status, amount * quantity AS total FROM source WHERE quantity >= 2"
+
+
+def spark_submit(entry_point: str, *args: str) -> list[str]:
+    binary = Path(sys.executable).with_name("spark-submit")
+    return [str(binary), "--master", "local[2]", str(ROOT / "spark_jobs" / f"{entry_point}.py"), *args]
+
+
+def start_simulator(table: str, seed: int) -> subprocess.Popen:
+    command = [
+        str(Path(sys.executable).with_name("airflow-backfill")), "simulate", "--table", table,
+        "--rows", "2000", "--epoch-interval", "0.5", "--inserts", "20", "--updates", "30",
+        "--deletes", "10", "--seed", str(seed),
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (Path(table) / "_delta_log").is_dir():
+        assert process.poll() is None, process.stderr.read() if process.stderr else "simulator died"
+        assert time.monotonic() < deadline, "simulator did not create the upstream"
+        time.sleep(0.2)
+    return process
+
+
+def write_job(tmp_path: Path, tables: dict[str, str]) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "orders_e2e", "query": QUERY, "primary_key": ["order_id"], **tables,
+        "backfill_parallelism": 2, "parallelism": 1, "lag_threshold": 1, "poll_interval": 0.2,
+    }))
+    return path
+
+
+def test_phases_as_spark_submit_processes(tmp_path, tables):
+    simulator = start_simulator(tables["source"], seed=5)
+    job = write_job(tmp_path, tables)
+    try:
+        for phase in ("snapshot", "catch_up"):
+            done = subprocess.run(spark_submit(phase, "--job", str(job)), capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
+        forward = subprocess.Popen(
+            spark_submit("forward", "--job", str(job)), stderr=subprocess.PIPE, text=True
+        )
+        start = DeltaTable(tables["target"]).transaction_version("airflow_backfill/orders_e2e")
+        deadline = time.monotonic() + 120
+        while DeltaTable(tables["target"]).transaction_version("airflow_backfill/orders_e2e") < start + 3:
+            assert forward.poll() is None, forward.stderr.read()[-3000:] if forward.stderr else ""
+            assert time.monotonic() < deadline, "forward did not advance the watermark"
+            time.sleep(0.5)
+        forward.send_signal(signal.SIGTERM)
+        _, stderr = forward.communicate(timeout=120)
+        assert forward.returncode == 0, stderr[-3000:]
+        assert "stopping after the current commit" in stderr
+    finally:
+        simulator.send_signal(signal.SIGTERM)
+        simulator.wait(timeout=60)
+    assert simulator.returncode == 0
+    assert_every_commit_matches(tables["source"], tables["target"], QUERY, "airflow_backfill/orders_e2e", key=["order_id"])
+
+
+def test_bad_job_file_fails_before_spark_work(tmp_path, tables):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: x\nsource: {tables['source']}\ntarget: {tables['target']}\nquery: SELECT 1\n")
+    done = subprocess.run(spark_submit("snapshot", "--job", str(job)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert "missing required field(s) primary_key" in done.stderr
+    assert not Path(tables["target"]).exists()
