@@ -3,6 +3,7 @@ costs seconds), and per-test Delta table locations."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# py4j logs at interpreter exit, after pytest closed the captured streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 @pytest.fixture(scope="session")

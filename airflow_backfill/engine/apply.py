@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 
 from airflow_backfill.engine.changes import COMMIT_TIMESTAMP, PRESENT, mv_changes, net_changes
 from airflow_backfill.engine.delta_log import arrow_schema, read_watermark
+from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.log_store import check_schema_unchanged, read_change_feed
 from airflow_backfill.engine.mv_commit import CommitInfo, merge_changes
 from airflow_backfill.exceptions import TargetError
@@ -78,7 +79,9 @@ def apply_epochs(
     keyed = mv_changes(spark, net_changes(changes, plan.upstream_key), plan)
     arrow_changes = _conform(keyed.toArrow(), DeltaTable(job.target))
     info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=arrow_changes.num_rows)
+    maybe_crash(phase, "after_write")
     merge_changes(job, arrow_changes, plan.mv_key, info)
+    maybe_crash(phase, "after_commit")
     applied = AppliedRange(watermark, end_version, feed.num_rows, arrow_changes.num_rows,
                            time.monotonic() - started)
     log.info(

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.apply import apply_epochs, current_watermark
 from airflow_backfill.engine.delta_log import check_upstream, latest_version
-from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
+from airflow_backfill.engine.writer_lock import writer_lock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,6 +56,12 @@ def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | No
     parallelism = parallelism or job.backfill_parallelism
     plan = plan_query(job.query, job.primary_key)
     check_upstream(job.source)
+    current_watermark(job)  # the MV must exist: checked before anything is written
+    with writer_lock(job.target, job.name, job_state.PHASE_CATCH_UP):
+        return _catch_up(spark, job, plan, parallelism)
+
+
+def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelism: int) -> CatchUpResult:
     watermark = current_watermark(job)
     job_state.update_state(job.target, phase=job_state.PHASE_CATCH_UP, parallelism=parallelism)
     rounds: list[CatchUpRound] = []

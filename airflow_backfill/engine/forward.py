@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.apply import apply_epochs, current_watermark
 from airflow_backfill.engine.delta_log import check_upstream, latest_version
-from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.query import QueryPlan, plan_query
+from airflow_backfill.engine.writer_lock import writer_lock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,6 +59,15 @@ def run_forward(
     stop = stop or threading.Event()
     plan = plan_query(job.query, job.primary_key)
     check_upstream(job.source)
+    current_watermark(job)  # the MV must exist: checked before anything is written
+    with writer_lock(job.target, job.name, job_state.PHASE_FORWARD):
+        return _forward(spark, job, plan, parallelism, bounds, stop)
+
+
+def _forward(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelism: int,
+    bounds: ForwardBounds, stop: threading.Event,
+) -> ForwardResult:
     start = watermark = current_watermark(job)
     job_state.update_state(job.target, phase=job_state.PHASE_FORWARD, state=job_state.STATE_CREATED,
                            parallelism=parallelism)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
@@ -109,6 +110,7 @@ def merge_changes(job: BackfillJob, changes: pa.Table, mv_key: tuple[str, ...], 
     when the key left the MV (upstream delete, or its new image fails the WHERE).
     """
     table = DeltaTable(job.target)
+    changes = _drop_deletes_of_unknown_keys(table, changes, mv_key)
     mv_columns = [name for name in changes.column_names if name != "__present"]
     predicate = " AND ".join(f"t.{_quote(column)} = s.{_quote(column)}" for column in mv_key)
     values = {column: f"s.{_quote(column)}" for column in mv_columns}
@@ -136,6 +138,26 @@ def merge_changes(job: BackfillJob, changes: pa.Table, mv_key: tuple[str, ...], 
         changes.num_rows, job.target, info.epoch, time.monotonic() - started, metrics or "no data change",
     )
     return metrics
+
+
+def _drop_deletes_of_unknown_keys(table: DeltaTable, changes: pa.Table, mv_key: tuple[str, ...]) -> pa.Table:
+    """Keep only the deletes whose key is in the MV.
+
+    A source row that matches nothing and inserts nothing still goes through delta-rs's
+    NOT NULL validation as an all-null row and fails the merge, so such rows (a key that
+    was inserted and deleted between two watermarks, or never passed the WHERE) must
+    not reach it. Only the MV's key columns of the touched keys are read.
+    """
+    absent_mask = pc.is_null(changes["__present"])
+    absent = changes.filter(absent_mask)
+    if not absent.num_rows:
+        return changes
+    first = mv_key[0]
+    in_mv = table.to_pyarrow_dataset().to_table(
+        columns=list(mv_key), filter=pc.field(first).isin(pc.unique(absent[first]))
+    )
+    known = absent.join(in_mv, keys=list(mv_key), join_type="left semi")
+    return pa.concat_tables([changes.filter(pc.invert(absent_mask)), known.select(changes.column_names)])
 
 
 def commit_watermark_only(job: BackfillJob, info: CommitInfo) -> None:

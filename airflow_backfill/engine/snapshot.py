@@ -42,6 +42,7 @@ from airflow_backfill.engine.snapshot_progress import (
     remove_unrecorded_output,
     save_progress,
 )
+from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError, UpstreamError
 
 if TYPE_CHECKING:
@@ -74,8 +75,17 @@ def run_snapshot(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> SnapshotResult:
     """Create the MV as of `epoch` (default: the upstream's latest); a no-op if it exists."""
-    started = time.monotonic()
     plan = plan_query(job.query, job.primary_key)
+    check_upstream(job.source)  # bad input fails here, before anything is written
+    with writer_lock(job.target, job.name, PHASE):
+        return _snapshot(spark, job, plan, epoch, parallelism, chunk_bytes)
+
+
+def _snapshot(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, epoch: int | None,
+    parallelism: int | None, chunk_bytes: int,
+) -> SnapshotResult:
+    started = time.monotonic()
     existing = read_watermark(job.target, job.app_id)
     if existing is not None:
         log.info("MV %s already exists at watermark %s: snapshot skipped", job.target, existing)
@@ -215,8 +225,7 @@ def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPla
     if duplicate:
         row = duplicate[0].asDict()
         count = row.pop("count")
-        for path in paths:
-            shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)  # the whole epoch's output
         discard_progress(job.target)
         raise UpstreamError(
             f"primary key {list(job.primary_key)} is not unique in the upstream: MV key {row} appears "

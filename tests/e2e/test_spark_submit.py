@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from deltalake import DeltaTable
+
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e

@@ -1,0 +1,201 @@
+"""The `airflow-backfill` command: run the upstream simulator, show a job's status.
+
+    airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
+    airflow-backfill status --job FILE [--json]
+
+Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
+that names the problem and the fix; logs and progress lines go to stderr, results to
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_backfill.exceptions import BackfillError
+
+log = logging.getLogger("airflow_backfill.cli")
+
+PROG = "airflow-backfill"
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected zero or more, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected 1 or more, got 0")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"expected 0 to 86400 seconds, got {value}")
+    return value
+
+
+# ---- simulate ---------------------------------------------------------------------------
+
+
+def _add_simulate(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="run the `orders` upstream simulator (one Delta version per epoch)",
+        description="Create the `orders` upstream (Change Data Feed on) if missing, then commit one "
+        "epoch of inserts, updates and deletes every --epoch-interval seconds until --max-epochs, "
+        "Ctrl-C or SIGTERM (the current commit always finishes).",
+    )
+    parser.add_argument("--table", required=True, help="path of the upstream Delta table")
+    parser.add_argument("--rows", type=_non_negative_int, default=10_000, help="orders in the initial load")
+    parser.add_argument("--epoch-interval", type=_seconds, default=1.0, help="seconds between epochs")
+    parser.add_argument("--inserts", type=_non_negative_int, default=50, help="new orders per epoch")
+    parser.add_argument("--updates", type=_non_negative_int, default=100, help="updated orders per epoch")
+    parser.add_argument("--deletes", type=_non_negative_int, default=20, help="deleted orders per epoch")
+    parser.add_argument("--seed", type=int, default=1, help="random seed (same seed, same data)")
+    parser.add_argument("--max-epochs", type=_non_negative_int, default=None, help="stop after N epochs")
+    parser.set_defaults(run=_run_simulate)
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT ask the loop to stop after the current commit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        log.info("%s received: stopping after the current commit", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from airflow_backfill.job import normalize_table_uri
+    from airflow_backfill.simulator import run_simulator
+
+    table = normalize_table_uri("--table", args.table)
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        epochs = run_simulator(
+            table,
+            rows=args.rows,
+            epoch_interval=args.epoch_interval,
+            inserts=args.inserts,
+            updates=args.updates,
+            deletes=args.deletes,
+            seed=args.seed,
+            max_epochs=args.max_epochs,
+            stop_event=stop,
+        )
+    print(json.dumps({"table": table, "epochs": epochs}))
+    return EXIT_OK
+
+
+# ---- status -----------------------------------------------------------------------------
+
+
+def _add_status(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="show a job's phase, watermark, lag and progress",
+        description="Show a job's phase (snapshot, catch_up, forward), state (creating, created), "
+        "watermark, pending upstream epochs and progress. Reads Delta logs only; never starts Spark.",
+    )
+    parser.add_argument("--job", required=True, metavar="FILE", help="the job's YAML file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(run=_run_status)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from airflow_backfill.engine.status import format_status, job_status
+    from airflow_backfill.job import load_job
+
+    status = job_status(load_job(args.job))
+    if args.json:
+        print(json.dumps(status.to_dict(), sort_keys=True, default=str))
+    else:
+        print(format_status(status))
+    return EXIT_OK
+
+
+# ---- command table ----------------------------------------------------------------------
+
+COMMANDS: tuple[Callable[[Any], None], ...] = (
+    _add_simulate,
+    _add_status,
+    # `alter` (backfill parallelism / rate limit overrides, `--reset`) is added here as
+    # `_add_alter`, defined like the two above.
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Backfill and maintain materialized views.")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="logging level of the progress lines on stderr (default INFO)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add_command in COMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the process exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_request:  # --help, or a usage error already printed
+        return int(exit_request.code or 0)
+    _configure_logging(args.log_level)
+    try:
+        return args.run(args)
+    except BackfillError as error:
+        message = " ".join(str(error).split())  # one line, whatever the cause spelled out
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

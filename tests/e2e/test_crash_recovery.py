@@ -1,0 +1,112 @@
+"""SIGKILL a phase at each named point (and at random moments) while the upstream keeps
+committing, rerun it, and check the MV against the independent recomputation."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from test_spark_submit import spark_submit, start_simulator, write_job
+
+from airflow_backfill.simulator import commit_epoch, create_orders_table
+from oracle import assert_every_commit_matches, assert_mv_matches
+
+pytestmark = pytest.mark.e2e
+
+APP_ID = "airflow_backfill/orders_e2e"
+QUERY = "SELECT order_id, status, amount * quantity AS total FROM source WHERE quantity >= 2"
+
+
+def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("AIRFLOW_BACKFILL_FAULT", None)
+    if fault:
+        env["AIRFLOW_BACKFILL_FAULT"] = fault
+    return subprocess.run(
+        spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def killed(done: subprocess.CompletedProcess) -> bool:
+    # spark-submit reports its Python child's SIGKILL as a non-zero exit; the child's
+    # output reaches spark-submit's stdout
+    return done.returncode != 0 and "fault injection: killing" in done.stdout + done.stderr
+
+
+@pytest.fixture
+def live_upstream(tables):
+    # Several insert-only epochs first, so the upstream has enough files for several chunks.
+    create_orders_table(tables["source"], rows=2000, seed=9)
+    rng = random.Random(9)
+    for _ in range(4):
+        commit_epoch(tables["source"], rng, inserts=200, updates=0, deletes=0)
+    simulator = start_simulator(tables["source"], seed=9)
+    yield tables
+    simulator.send_signal(signal.SIGTERM)
+    simulator.wait(timeout=60)
+
+
+def test_snapshot_killed_after_chunks_then_before_commit(tmp_path, live_upstream):
+    tables = live_upstream
+    job = write_job(tmp_path, tables)
+    # Pinned at the pre-loaded version: the simulator's merges rewrite files, but the
+    # pinned epoch keeps its five files, one chunk each.
+    chunking = ("--chunk-bytes", "1", "--epoch", "4")
+    first = run_phase("snapshot", job, "snapshot:after_chunks=2", *chunking)
+    assert killed(first), first.stdout[-2000:]
+    progress_file = Path(tables["target"], "_airflow_backfill", "snapshot.json")
+    after_first = json.loads(progress_file.read_text())
+    assert len(after_first["done"]) == 2
+
+    second = run_phase("snapshot", job, "snapshot:after_write", *chunking)
+    assert killed(second), second.stdout[-2000:]
+    after_second = json.loads(progress_file.read_text())
+    redone = [i for i, c in after_second["done"].items() if i in after_first["done"]
+              and c["run_id"] != after_first["done"][i]["run_id"]]
+    assert redone == [], "chunks finished before the crash were redone"
+    assert not Path(tables["target"], "_delta_log").exists()
+
+    third = run_phase("snapshot", job, None, *chunking)
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert "already done" in third.stdout + third.stderr
+    assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
+
+
+@pytest.mark.parametrize("phase", ["catch_up", "forward"])
+@pytest.mark.parametrize("point", ["after_write", "after_commit"])
+def test_incremental_phase_killed_at_named_point(tmp_path, live_upstream, phase, point):
+    tables = live_upstream
+    job = write_job(tmp_path, tables)
+    assert run_phase("snapshot", job).returncode == 0
+    time.sleep(1.5)  # let a few epochs arrive
+    extra = ("--max-epochs", "2", "--idle-timeout", "30") if phase == "forward" else ()
+    crashed = run_phase(phase, job, f"{phase}:{point}", *extra)
+    assert killed(crashed), crashed.stdout[-2000:]
+    rerun = run_phase(phase, job, None, *extra)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
+
+
+def test_random_kills_never_corrupt_the_mv(tmp_path, live_upstream):
+    tables = live_upstream
+    job = write_job(tmp_path, tables)
+    rng = random.Random(2024)
+    assert run_phase("snapshot", job).returncode == 0
+    for _ in range(3):
+        process = subprocess.Popen(spark_submit("catch_up", "--job", str(job)),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(rng.uniform(2.0, 9.0))
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    rerun = run_phase("catch_up", job)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    watermark = DeltaTable(tables["target"]).transaction_version(APP_ID)
+    assert watermark is not None
+    assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])

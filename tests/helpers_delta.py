@@ -1,0 +1,34 @@
+"""Small Delta helpers for tests that need no Spark: hand-built MVs and change feeds."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+
+def write_mv_version(target: str, rows: pa.Table, app_id: str, watermark: int) -> int:
+    """Overwrite a hand-built MV with `rows` and watermark `watermark` in one commit."""
+    write_deltalake(
+        target,
+        rows,
+        mode="overwrite",
+        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, watermark)]),
+    )
+    return DeltaTable(target).version()
+
+
+def change_feed(uri: str, version: int) -> pa.Table:
+    """The Change Data Feed rows of exactly one upstream version (string views as strings)."""
+    reader = DeltaTable(uri).load_cdf(starting_version=version, ending_version=version)
+    feed = pa.table(reader.read_all())
+    schema = pa.schema([
+        field.with_type(pa.string()) if pa.types.is_string_view(field.type) else field for field in feed.schema
+    ])
+    return feed.cast(schema)
+
+
+def change_type_counts(uri: str, version: int) -> dict[str, int]:
+    """How many feed rows of each `_change_type` one upstream version has."""
+    return dict(Counter(change_feed(uri, version).column("_change_type").to_pylist()))

@@ -1,0 +1,113 @@
+"""A snapshot interrupted after some chunks resumes with only the remaining chunks, and
+nothing of a failed attempt is ever visible or left behind."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_backfill.engine import snapshot as snapshot_module
+from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.snapshot_progress import load_progress
+from airflow_backfill.engine.writer_lock import writer_lock
+from airflow_backfill.exceptions import TargetError, UpstreamError
+from airflow_backfill.job import BackfillJob
+from oracle import assert_mv_matches
+
+pytestmark = pytest.mark.spark
+
+QUERY = "SELECT order_id, amount * 2 AS doubled FROM source WHERE amount > 10"
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL inside the test process."""
+
+
+def upstream_with_files(path: str, files: int, rows_per_file: int = 50) -> None:
+    for index in range(files):
+        start = index * rows_per_file
+        batch = pa.table({
+            "order_id": pa.array(range(start, start + rows_per_file), pa.int64()),
+            "amount": pa.array([float(i % 40) for i in range(start, start + rows_per_file)]),
+        })
+        write_deltalake(path, batch, mode="append", configuration={"delta.enableChangeDataFeed": "true"})
+
+
+def job_for(tables: dict[str, str]) -> BackfillJob:
+    return BackfillJob(name="resume", query=QUERY, primary_key=["order_id"], **tables)
+
+
+def crash_at(monkeypatch, point: str) -> None:
+    def fake_crash(phase: str, at: str) -> None:
+        if at == point:
+            raise Killed(at)
+
+    monkeypatch.setattr(snapshot_module, "maybe_crash", fake_crash)
+
+
+def test_rerun_after_a_crash_redoes_only_the_chunks_in_flight(spark, tables, monkeypatch):
+    upstream_with_files(tables["source"], files=5)
+    job = job_for(tables)
+    crash_at(monkeypatch, "after_chunks=2")
+    with pytest.raises(Killed):
+        run_snapshot(spark, job, chunk_bytes=1)
+    assert not os.path.isdir(os.path.join(tables["target"], "_delta_log")), "a half snapshot is visible"
+    first = load_progress(tables["target"])
+    assert first is not None and sorted(first.done) == [0, 1]
+
+    monkeypatch.undo()
+    result = run_snapshot(spark, job, chunk_bytes=1)
+    assert result.chunks_run == 3
+    progress = load_progress(tables["target"])
+    assert {progress.done[i].run_id for i in (0, 1)} == {first.done[0].run_id}
+    assert len({progress.done[i].run_id for i in (2, 3, 4)}) == 1
+    assert progress.done[2].run_id != first.done[0].run_id
+    assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
+
+
+def test_files_of_a_crashed_attempt_are_removed_and_never_referenced(spark, tables, monkeypatch):
+    upstream_with_files(tables["source"], files=3)
+    job = job_for(tables)
+    crash_at(monkeypatch, "after_write")
+    with pytest.raises(Killed):
+        run_snapshot(spark, job, chunk_bytes=1)
+    stray = os.path.join(tables["target"], "data", "snapshot-e2", "chunk-00001-crashed")
+    os.makedirs(stray)
+    open(os.path.join(stray, "part-0.parquet"), "wb").close()
+
+    monkeypatch.undo()
+    result = run_snapshot(spark, job, chunk_bytes=1)
+    assert result.chunks_run == 0  # every chunk was done before the crash
+    assert not os.path.exists(stray)
+    referenced = {os.path.normpath(uri.removeprefix("file://")) for uri in DeltaTable(tables["target"]).file_uris()}
+    on_disk = {
+        os.path.normpath(os.path.join(root, name))
+        for root, _, names in os.walk(os.path.join(tables["target"], "data"))
+        for name in names
+        if name.endswith(".parquet")
+    }
+    assert on_disk == referenced
+    assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
+
+
+def test_a_second_writer_is_refused_while_one_holds_the_mv(spark, tables):
+    upstream_with_files(tables["source"], files=1)
+    job = job_for(tables)
+    with writer_lock(tables["target"], job.name, "catch_up"):
+        with pytest.raises(TargetError, match="another run of job resume is writing the MV .*catch_up phase, pid"):
+            run_snapshot(spark, job)
+    assert not os.path.isdir(os.path.join(tables["target"], "_delta_log"))
+    assert run_snapshot(spark, job).skipped is False
+
+
+def test_duplicate_primary_key_is_refused_and_nothing_is_committed(spark, tables):
+    upstream_with_files(tables["source"], files=2)
+    duplicate = pa.table({"order_id": pa.array([17], pa.int64()), "amount": pa.array([30.0])})
+    write_deltalake(tables["source"], duplicate, mode="append")
+    with pytest.raises(UpstreamError, match=r"not unique in the upstream: MV key \{'order_id': 17\} appears 2 times"):
+        run_snapshot(spark, job_for(tables), chunk_bytes=1)
+    assert not os.path.isdir(os.path.join(tables["target"], "_delta_log"))
+    assert not os.path.isdir(os.path.join(tables["target"], "data", "snapshot-e2"))
