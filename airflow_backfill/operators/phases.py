@@ -1,0 +1,178 @@
+"""The three phases as `spark-submit` tasks.
+
+Each operator is a SparkSubmitOperator whose application is the phase's entry point in
+`spark_jobs/`, resolved from the installed package, and whose job travels as base64
+JSON (immune to Jinja and shell quoting). After `spark-submit` returns, the operator
+reads the MV's committed watermark from the Delta log, never from Spark's output, and
+pushes it to XCom.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from airflow_backfill.engine.spark_session import spark_conf_for_parallelism
+from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.job_input import as_job
+from airflow_backfill.overrides import job_overrides, validate_overrides
+
+
+def entry_point(phase: str) -> str:
+    """Path of `spark_jobs/<phase>.py` in the installed package (what spark-submit runs)."""
+    spec = importlib.util.find_spec(f"spark_jobs.{phase}")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"spark_jobs.{phase} is not installed; reinstall airflow-backfill.")
+    return spec.origin
+
+
+def _optional(value: Any, convert: type) -> Any:
+    """Rendered templates arrive as strings; '' and 'None' mean unset."""
+    if value in (None, "", "None"):
+        return None
+    return convert(value)
+
+
+class _PhaseOperator(SparkSubmitOperator):
+    """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom."""
+
+    phase: str = ""
+    xcom_key: str = ""
+    uses_backfill_parallelism: bool = True
+
+    def __init__(
+        self,
+        *,
+        job: BackfillJob | Mapping[str, Any] | str,
+        parallelism: int | None = None,
+        conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
+        self.job = as_job(job)
+        kwargs.setdefault("name", f"airflow_backfill-{self.job.name}-{self.phase}")
+        kwargs.setdefault("env_vars", {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
+        super().__init__(application=entry_point(self.phase), conn_id=conn_id, **kwargs)
+        self.parallelism = parallelism
+
+    def effective_job(self, context: Any) -> tuple[BackfillJob, dict[str, Any]]:
+        """The job with this run's validated `dag_run.conf` overrides applied."""
+        dag_run = context.get("dag_run")
+        overrides = validate_overrides(getattr(dag_run, "conf", None) or {})
+        return self.job.with_overrides(**job_overrides(overrides)), overrides
+
+    def phase_parallelism(self, job: BackfillJob) -> int:
+        if self.parallelism is not None:
+            return self.parallelism
+        return job.backfill_parallelism if self.uses_backfill_parallelism else job.parallelism
+
+    def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
+        """Arguments of this phase's entry point besides the job and the parallelism."""
+        return []
+
+    def execute(self, context: Any) -> None:
+        job, overrides = self.effective_job(context)
+        parallelism = self.phase_parallelism(job)
+        encoded = base64.b64encode(job.to_json().encode()).decode()
+        self.application_args = [
+            "--job-b64", encoded, "--parallelism", str(parallelism),
+            *self.phase_arguments(context, overrides),
+        ]
+        self.conf = {**spark_conf_for_parallelism(parallelism), **(self.conf or {})}
+        self._hook = None  # built from the arguments above
+        self.log.info("%s of job %s at parallelism %s: %s -> %s",
+                      self.phase, job.name, parallelism, job.source, job.target)
+        super().execute(context)
+        watermark = DeltaBackfillHook(job.source, job.target, job.app_id).watermark()
+        self.log.info("%s done: the MV's committed watermark is %s", self.phase, watermark)
+        context["ti"].xcom_push(key=self.xcom_key, value=watermark)
+        self.after_commit(context, watermark)
+
+    def after_commit(self, context: Any, watermark: int | None) -> None:
+        """Extra XCom a phase publishes once its commit is read back."""
+
+
+class SnapshotBackfillOperator(_PhaseOperator):
+    """Phase 1: create the MV from the upstream as of a pinned epoch, at the backfill parallelism.
+
+    :param epoch: the upstream version to snapshot (templated; the DAG factory pulls the
+        `pinned_epoch` XCom of its pin task). Unset: the upstream's latest version.
+    :param chunk_bytes: target input bytes per resumable chunk (default 128 MiB).
+    """
+
+    phase = "snapshot"
+    xcom_key = "snapshot_epoch"
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "epoch")
+
+    def __init__(self, *, epoch: int | str | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.epoch = epoch
+        self.chunk_bytes = chunk_bytes
+
+    def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
+        arguments = []
+        epoch = _optional(self.epoch, int)
+        if epoch is not None:
+            arguments += ["--epoch", str(epoch)]
+        if self.chunk_bytes is not None:
+            arguments += ["--chunk-bytes", str(self.chunk_bytes)]
+        return arguments
+
+
+class LogStoreCatchUpOperator(_PhaseOperator):
+    """Phase 2: apply the upstream's change feed in rounds until the lag is small.
+
+    Besides `caught_up_epoch`, pushes `handover_version`: the upstream version against
+    which catch-up measured its final lag (the sensor's reference).
+    """
+
+    phase = "catch_up"
+    xcom_key = "caught_up_epoch"
+
+    def after_commit(self, context: Any, watermark: int | None) -> None:
+        from airflow_backfill.engine.job_state import read_state
+
+        state = read_state(self.job.target)
+        handover = state.get("catch_up_handover_version", watermark)
+        if state.get("catch_up_converged") is False:
+            self.log.warning("catch-up handed over to forward before converging (the upstream "
+                             "writes faster than a round applies); forward continues from %s", watermark)
+            handover = watermark
+        context["ti"].xcom_push(key="handover_version", value=handover)
+
+
+class ForwardOperator(_PhaseOperator):
+    """Phase 3: keep applying new upstream epochs at the normal parallelism.
+
+    Runs until stopped (SIGTERM finishes the current commit), or until the bounds:
+    :param max_epochs: stop once the watermark moved this many epochs (templated).
+    :param idle_timeout: stop after this many seconds without a new epoch (templated).
+    `dag_run.conf` keys `forward_max_epochs` / `forward_idle_timeout` override both.
+    """
+
+    phase = "forward"
+    xcom_key = "forward_epoch"
+    uses_backfill_parallelism = False
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "max_epochs", "idle_timeout")
+
+    def __init__(
+        self, *, max_epochs: int | str | None = None, idle_timeout: float | str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.max_epochs = max_epochs
+        self.idle_timeout = idle_timeout
+
+    def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
+        max_epochs = overrides.get("forward_max_epochs", _optional(self.max_epochs, int))
+        idle_timeout = overrides.get("forward_idle_timeout", _optional(self.idle_timeout, float))
+        arguments = []
+        if max_epochs is not None:
+            arguments += ["--max-epochs", str(max_epochs)]
+        if idle_timeout is not None:
+            arguments += ["--idle-timeout", str(idle_timeout)]
+        return arguments

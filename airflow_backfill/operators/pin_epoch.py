@@ -1,0 +1,81 @@
+"""The first task of a backfill: validate, pin the snapshot epoch, and choose the route.
+
+Everything a user can get wrong (dag_run.conf overrides, the query, a missing upstream
+or one without the Change Data Feed) fails here, before any Spark work. The route
+depends on what the MV already reflects:
+
+- no MV yet            -> snapshot, catch-up, forward (snapshot at the pinned epoch)
+- MV behind the lag    -> catch-up, forward
+- MV within the lag    -> forward only
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.providers.standard.operators.branch import BaseBranchOperator
+
+from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.snapshot_progress import load_progress
+from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.job_input import as_job
+from airflow_backfill.overrides import job_overrides, validate_overrides
+
+
+class PinEpochOperator(BaseBranchOperator):
+    """Branch to the phases the MV still needs; push `pinned_epoch` and the lag to XCom.
+
+    :param job: the job (BackfillJob, mapping, or YAML path).
+    :param snapshot_task_id, catch_up_task_id, forward_task_id: full ids of the phase tasks.
+    """
+
+    ui_color = "#fdebd0"
+
+    def __init__(
+        self,
+        *,
+        job: BackfillJob | Mapping[str, Any] | str,
+        snapshot_task_id: str,
+        catch_up_task_id: str,
+        forward_task_id: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = as_job(job)
+        self.snapshot_task_id = snapshot_task_id
+        self.catch_up_task_id = catch_up_task_id
+        self.forward_task_id = forward_task_id
+
+    def choose_branch(self, context: Any) -> list[str]:
+        dag_run = context.get("dag_run")
+        overrides = validate_overrides(getattr(dag_run, "conf", None) or {})
+        job = self.job.with_overrides(**job_overrides(overrides))
+        if overrides:
+            self.log.info("this run's overrides: %s", overrides)
+        plan_query(job.query, job.primary_key)
+        hook = DeltaBackfillHook(job.source, job.target, job.app_id)
+        upstream_version = hook.check_upstream()
+        watermark = hook.watermark()
+        ti = context["ti"]
+        ti.xcom_push(key="upstream_version", value=upstream_version)
+        ti.xcom_push(key="mv_watermark", value=watermark)
+        if watermark is None:
+            unfinished = load_progress(job.target)
+            pinned = unfinished.epoch if unfinished is not None else upstream_version
+            if unfinished is not None:
+                self.log.info("an unfinished snapshot at epoch %s resumes (%s of %s chunks done)",
+                              pinned, len(unfinished.done), unfinished.chunks_total)
+            self.log.info("no MV yet: snapshot of %s pinned at epoch %s", job.source, pinned)
+            ti.xcom_push(key="pinned_epoch", value=pinned)
+            return [self.snapshot_task_id, self.catch_up_task_id, self.forward_task_id]
+        pending = upstream_version - watermark
+        ti.xcom_push(key="pinned_epoch", value=watermark)
+        if pending > job.lag_threshold:
+            self.log.info("MV at watermark %s, upstream at %s: %s pending epochs > threshold %s; "
+                          "snapshot skipped, catch-up runs", watermark, upstream_version, pending, job.lag_threshold)
+            return [self.catch_up_task_id, self.forward_task_id]
+        self.log.info("MV at watermark %s is within %s epochs of the upstream (%s): only forward runs",
+                      watermark, job.lag_threshold, upstream_version)
+        return [self.forward_task_id]

@@ -1,0 +1,68 @@
+"""Validate the overrides a manual trigger passes in `dag_run.conf`.
+
+`airflow dags trigger DAG --conf '{...}'` accepts any JSON; a typo or a wrong type must
+fail the run in its first task, before any Spark work, with a message naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job import validate_lag_threshold, validate_parallelism, validate_rate_limit
+
+JOB_KEYS = ("backfill_parallelism", "parallelism", "rate_limit", "lag_threshold")
+"""Overrides applied to the job for this run."""
+FORWARD_KEYS = ("forward_max_epochs", "forward_idle_timeout")
+"""Bounds of this run's forward phase."""
+ALLOWED_KEYS = JOB_KEYS + FORWARD_KEYS
+
+
+def validate_overrides(conf: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The validated overrides (unknown keys, wrong types and out-of-range values raise)."""
+    if not conf:
+        return {}
+    if not isinstance(conf, Mapping):
+        raise BackfillConfigError(f"dag_run.conf must be a JSON object, got {type(conf).__name__}.")
+    unknown = sorted(set(conf) - set(ALLOWED_KEYS))
+    if unknown:
+        raise BackfillConfigError(
+            f"unknown key(s) in dag_run.conf: {', '.join(unknown)}. "
+            f"Allowed keys: {', '.join(ALLOWED_KEYS)}."
+        )
+    checked: dict[str, Any] = {}
+    for key, value in conf.items():
+        origin = f"dag_run.conf[{key!r}]"
+        if key in ("backfill_parallelism", "parallelism"):
+            checked[key] = validate_parallelism(origin, value)
+        elif key == "rate_limit":
+            checked[key] = validate_rate_limit(value)
+        elif key == "lag_threshold":
+            checked[key] = validate_lag_threshold(value)
+        elif key == "forward_max_epochs":
+            checked[key] = _optional_positive_int(origin, value)
+        else:
+            checked[key] = _optional_positive_number(origin, value)
+    return checked
+
+
+def job_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of validated overrides that replaces job fields."""
+    return {key: value for key, value in overrides.items() if key in JOB_KEYS}
+
+
+def _optional_positive_int(origin: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BackfillConfigError(f"{origin} must be a positive integer or null, got {value!r}.")
+    return value
+
+
+def _optional_positive_number(origin: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise BackfillConfigError(f"{origin} must be a positive number of seconds or null, got {value!r}.")
+    return float(value)

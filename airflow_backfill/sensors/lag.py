@@ -1,0 +1,87 @@
+"""Wait until an MV is within `lag_threshold` epochs of its upstream.
+
+Deferrable by default: the wait runs in the triggerer (CaughtUpTrigger), not in a worker
+slot. It checks once before deferring, so an MV that is already caught up costs no
+deferral at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator
+
+from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.job_input import as_job
+from airflow_backfill.triggers.lag import CaughtUpTrigger
+
+
+class CaughtUpSensor(BaseSensorOperator):
+    """Succeeds once the job's MV trails its upstream by at most `lag_threshold` epochs.
+
+    :param job: the job (a BackfillJob, its mapping, or a YAML file path).
+    :param reference_version: count pending epochs against this upstream version instead
+        of the latest (templated; the DAG factory passes catch-up's hand-over version).
+    :param lag_threshold: defaults to the job's.
+    :param deferrable: wait in the triggerer (default) instead of poking from a worker.
+    """
+
+    template_fields: Sequence[str] = ("reference_version",)
+    ui_color = "#d4e6f1"
+
+    def __init__(
+        self,
+        *,
+        job: BackfillJob | Mapping[str, Any] | str,
+        reference_version: int | str | None = None,
+        lag_threshold: int | None = None,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        self.job = as_job(job)
+        kwargs.setdefault("poke_interval", self.job.poll_interval)
+        super().__init__(**kwargs)
+        self.reference_version = reference_version
+        self.lag_threshold = self.job.lag_threshold if lag_threshold is None else lag_threshold
+        self.deferrable = deferrable
+
+    def _reference(self) -> int | None:
+        value = self.reference_version
+        if value in (None, "", "None"):
+            return None
+        return int(value)  # type: ignore[arg-type]
+
+    def poke(self, context: Any) -> bool:
+        hook = DeltaBackfillHook(self.job.source, self.job.target, self.job.app_id)
+        lag = hook.lag(self._reference())
+        self.log.info("watermark %s, upstream %s, pending epochs %s (threshold %s)",
+                      lag.watermark, lag.upstream_version, lag.pending_epochs, self.lag_threshold)
+        return lag.pending_epochs is not None and lag.pending_epochs <= self.lag_threshold
+
+    def execute(self, context: Any) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        if self.poke(context):
+            return None
+        self.defer(
+            trigger=CaughtUpTrigger(
+                source=self.job.source, target=self.job.target, app_id=self.job.app_id,
+                lag_threshold=self.lag_threshold, poll_interval=float(self.poke_interval),
+                reference_version=self._reference(), timeout=float(self.timeout),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)),
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> None:
+        if event.get("status") != "caught_up":
+            raise RuntimeError(
+                f"MV {self.job.target} did not catch up within {float(self.timeout):g} s: watermark "
+                f"{event.get('watermark')}, upstream {event.get('upstream_version')}, pending epochs "
+                f"{event.get('pending_epochs')} > {self.lag_threshold}. Check the catch-up task's log; "
+                "raise lag_threshold or the backfill parallelism if the upstream writes faster."
+            )
+        self.log.info("caught up: watermark %s, pending epochs %s", event["watermark"], event["pending_epochs"])

@@ -1,0 +1,85 @@
+"""Build the backfill of one job as a task group:
+
+    pin_epoch -> snapshot -> catch_up -> wait_caught_up -> forward
+
+`pin_epoch` branches, so a run only does what the MV still needs (see
+operators/pin_epoch.py); catch-up and forward use the `none_failed_min_one_success`
+trigger rule so they still run when the phases before them were skipped. Every task
+that commits to the MV declares it as an Asset outlet, so a downstream job's DAG can be
+scheduled on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import Asset, TaskGroup, TriggerRule
+
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.job_input import as_job
+from airflow_backfill.operators.phases import (
+    ForwardOperator,
+    LogStoreCatchUpOperator,
+    SnapshotBackfillOperator,
+)
+from airflow_backfill.operators.pin_epoch import PinEpochOperator
+from airflow_backfill.sensors.lag import CaughtUpSensor
+
+
+def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
+    """The MV as an Airflow Asset (`file://<target>`), for outlets and downstream schedules."""
+    job = as_job(job)
+    uri = job.target if "://" in job.target else f"file://{job.target}"
+    return Asset(name=f"airflow_backfill/{job.name}", uri=uri)
+
+
+def backfill_task_group(
+    job: BackfillJob | Mapping[str, Any] | str,
+    *,
+    group_id: str | None = None,
+    conn_id: str = "spark_default",
+    forward_max_epochs: int | str | None = None,
+    forward_idle_timeout: float | str | None = None,
+    sensor_timeout: float = 3600.0,
+    spark_conf: Mapping[str, str] | None = None,
+    deferrable: bool = True,
+) -> TaskGroup:
+    """The task group that backfills `job` and then keeps its MV up to date.
+
+    :param group_id: defaults to the job's name.
+    :param forward_max_epochs, forward_idle_timeout: bounds of the forward task
+        (templated; unset: forward runs until the task is stopped).
+    :param sensor_timeout: seconds `wait_caught_up` waits before failing.
+    :param spark_conf: extra `--conf` settings for every spark-submit.
+    """
+    job = as_job(job)
+    group_id = group_id or job.name
+    asset = mv_asset(job)
+    common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}), "outlets": [asset]}
+    with TaskGroup(group_id=group_id, tooltip=f"{job.source} -> {job.target}") as group:
+        prefix = f"{group.group_id}."
+        pin = PinEpochOperator(
+            task_id="pin_epoch", job=job,
+            snapshot_task_id=prefix + "snapshot", catch_up_task_id=prefix + "catch_up",
+            forward_task_id=prefix + "forward",
+        )
+        snapshot = SnapshotBackfillOperator(
+            task_id="snapshot",
+            epoch=f"{{{{ ti.xcom_pull(task_ids='{prefix}pin_epoch', key='pinned_epoch') }}}}",
+            **common,
+        )
+        catch_up = LogStoreCatchUpOperator(
+            task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
+        )
+        wait = CaughtUpSensor(
+            task_id="wait_caught_up", job=job, deferrable=deferrable, timeout=sensor_timeout,
+            reference_version=f"{{{{ ti.xcom_pull(task_ids='{prefix}catch_up', key='handover_version') }}}}",
+        )
+        forward = ForwardOperator(
+            task_id="forward", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            max_epochs=forward_max_epochs, idle_timeout=forward_idle_timeout, **common,
+        )
+        pin >> snapshot >> catch_up >> wait >> forward
+        pin >> [catch_up, forward]
+    return group

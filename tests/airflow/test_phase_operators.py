@@ -1,0 +1,86 @@
+"""The phase operators hand spark-submit the right application and arguments, and push
+the watermark they read back from the Delta log."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pyarrow as pa
+import pytest
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from conftest import context_with
+from helpers_delta import write_mv_version
+
+from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.operators.phases import (
+    ForwardOperator,
+    LogStoreCatchUpOperator,
+    SnapshotBackfillOperator,
+)
+
+MV_ROWS = pa.table({"order_id": pa.array([0], pa.int64()), "amount": pa.array([0.0])})
+
+
+@pytest.fixture
+def submitted(monkeypatch):
+    """Replace the actual spark-submit with a recorder that commits like a phase would."""
+    calls: list[dict] = []
+
+    def fake_execute(operator, context):
+        calls.append({"application": operator.application, "args": list(operator.application_args),
+                      "conf": dict(operator.conf)})
+        write_mv_version(operator.job.target, MV_ROWS, operator.job.app_id, watermark=7)
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", fake_execute)
+    return calls
+
+
+def decoded_job(args: list[str]) -> BackfillJob:
+    payload = args[args.index("--job-b64") + 1]
+    return BackfillJob.from_mapping(json.loads(base64.b64decode(payload)))
+
+
+def test_snapshot_submits_its_entry_point_with_the_pinned_epoch(job, submitted):
+    operator = SnapshotBackfillOperator(task_id="snapshot", job=job, epoch="5")
+    context = context_with()
+    operator.execute(context)
+    call = submitted[0]
+    assert os.path.basename(call["application"]) == "snapshot.py" and os.path.isfile(call["application"])
+    assert call["args"][call["args"].index("--epoch") + 1] == "5"
+    assert call["args"][call["args"].index("--parallelism") + 1] == str(job.backfill_parallelism)
+    assert call["conf"]["spark.sql.shuffle.partitions"] == str(job.backfill_parallelism)
+    assert decoded_job(call["args"]) == job
+    assert context["ti"].pushed == {"snapshot_epoch": 7}
+
+
+def test_unrendered_epoch_means_latest(job, submitted):
+    SnapshotBackfillOperator(task_id="snapshot", job=job, epoch="None").execute(context_with())
+    assert "--epoch" not in submitted[0]["args"]
+
+
+def test_catch_up_uses_conf_overrides_and_pushes_the_handover(job, submitted):
+    context = context_with({"backfill_parallelism": 3})
+    LogStoreCatchUpOperator(task_id="catch_up", job=job).execute(context)
+    args = submitted[0]["args"]
+    assert args[args.index("--parallelism") + 1] == "3"
+    assert decoded_job(args).backfill_parallelism == 3
+    assert context["ti"].pushed == {"caught_up_epoch": 7, "handover_version": 7}
+
+
+def test_forward_runs_at_the_normal_parallelism_with_bounds(job, submitted):
+    context = context_with({"forward_idle_timeout": 9})
+    ForwardOperator(task_id="forward", job=job, max_epochs="3", idle_timeout="30").execute(context)
+    args = submitted[0]["args"]
+    assert args[args.index("--parallelism") + 1] == str(job.parallelism)
+    assert args[args.index("--max-epochs") + 1] == "3"
+    assert args[args.index("--idle-timeout") + 1] == "9.0"
+    assert context["ti"].pushed == {"forward_epoch": 7}
+
+
+def test_invalid_conf_fails_before_spark_submit(job, submitted):
+    with pytest.raises(BackfillConfigError, match="must be between 1 and"):
+        ForwardOperator(task_id="forward", job=job).execute(context_with({"parallelism": 0}))
+    assert submitted == []

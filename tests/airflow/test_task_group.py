@@ -1,0 +1,78 @@
+"""The factory's task group, the example DAG and the provider registration."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points, metadata
+from pathlib import Path
+
+import pendulum
+import pytest
+from airflow.sdk import DAG, TriggerRule
+
+from airflow_backfill.get_provider_info import get_provider_info
+from airflow_backfill.job import load_job
+from airflow_backfill.task_group import backfill_task_group, mv_asset
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_group_wires_the_three_phases_with_skippable_routes(job):
+    with DAG("g", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        backfill_task_group(job, group_id="orders", forward_max_epochs=3)
+    tasks = {task.task_id: task for task in dag.tasks}
+    upstream = {task_id: sorted(task.upstream_task_ids) for task_id, task in tasks.items()}
+    assert upstream == {
+        "orders.pin_epoch": [],
+        "orders.snapshot": ["orders.pin_epoch"],
+        "orders.catch_up": ["orders.pin_epoch", "orders.snapshot"],
+        "orders.wait_caught_up": ["orders.catch_up"],
+        "orders.forward": ["orders.pin_epoch", "orders.wait_caught_up"],
+    }
+    assert tasks["orders.catch_up"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    assert tasks["orders.forward"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    assert "orders.pin_epoch" in tasks["orders.snapshot"].epoch
+    assert tasks["orders.forward"].max_epochs == 3
+    for task_id in ("orders.snapshot", "orders.catch_up", "orders.forward"):
+        assert tasks[task_id].outlets == [mv_asset(job)]
+    assert tasks["orders.pin_epoch"].forward_task_id == "orders.forward"
+
+
+def test_mv_asset_is_the_target_uri(job):
+    asset = mv_asset(job)
+    assert asset.uri == f"file://{job.target}" and asset.name == "airflow_backfill/orders_mv"
+
+
+def test_example_dags_import_without_errors(monkeypatch, tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path))
+    bag = DagBag(dag_folder=str(ROOT / "dags"))
+    assert bag.import_errors == {}
+    assert "example_orders_mv" in bag.dag_ids
+
+
+def test_example_dag_job_equals_the_yaml_job(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("example_orders_mv", ROOT / "dags" / "example_orders_mv.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.ORDERS_MV == load_job(ROOT / "jobs" / "orders_mv.yaml")
+
+
+def test_provider_is_registered_under_the_distribution_name():
+    info = get_provider_info()
+    assert info["package-name"] == metadata("airflow-backfill")["Name"]
+    registered = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_backfill")]
+    assert len(registered) == 1 and registered[0].load()() == info
+
+
+@pytest.mark.parametrize("kind", ["operators", "sensors", "triggers", "hooks"])
+def test_provider_modules_import(kind):
+    import importlib
+
+    for entry in get_provider_info()[kind]:
+        for module in entry["python-modules"]:
+            importlib.import_module(module)
