@@ -38,11 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body() -> int:
+        from airflow_backfill.engine.delta_log import check_upstream
+        from airflow_backfill.engine.retention import retention_warnings
         from airflow_backfill.engine.snapshot import run_snapshot
         from airflow_backfill.engine.spark_session import build_spark_session
 
         job = resolve_job(args.job)
         parallelism = resolve_parallelism(args.job, job.backfill_parallelism)
+        check_upstream(job.source)
+        retention_warnings(job.source, parallelism)
         spark = build_spark_session(f"airflow_backfill:{job.name}:snapshot", parallelism)
         try:
             run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism, chunk_bytes=args.chunk_bytes)

@@ -1,17 +1,20 @@
 """Read the upstream's log store: its Change Data Feed for a range of epochs.
 
 Before reading, the range is checked: every version in it must still have its log
-entry, and the schema must not have changed since the MV's watermark. A gap would make
-the MV silently skip changes, so it is an error that says how to recover.
+entry and every file its change feed is made of (change files, or the added and removed
+data files of commits without them), and the schema must not have changed since the
+MV's watermark. A gap would make the MV silently skip changes, so it is an error that
+says how to recover.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from urllib.parse import unquote
 
 import pyarrow as pa
-from deltalake import DeltaTable
 
 from airflow_backfill.engine.delta_log import arrow_schema, open_upstream
 from airflow_backfill.exceptions import UpstreamError
@@ -20,7 +23,12 @@ log = logging.getLogger(__name__)
 
 
 def check_schema_unchanged(source: str, watermark: int, end_version: int) -> None:
-    """Refuse a range across which the upstream's schema changed (the MV would be wrong)."""
+    """Refuse a range across which the upstream's schema changed (the MV would be wrong).
+
+    The range's log entries are checked first: without them the old schema cannot be
+    read, and the missing history is the error to report.
+    """
+    _check_versions_available(source, watermark, end_version)
     before = arrow_schema(open_upstream(source, watermark))
     after = arrow_schema(open_upstream(source, end_version))
     if before != after:
@@ -34,7 +42,8 @@ def check_schema_unchanged(source: str, watermark: int, end_version: int) -> Non
 def read_change_feed(source: str, watermark: int, end_version: int) -> pa.Table:
     """All change rows of versions (watermark, end_version], in one Arrow table."""
     table = open_upstream(source)
-    _check_versions_available(table, source, watermark, end_version)
+    _check_versions_available(source, watermark, end_version)
+    _check_change_files_available(source, watermark, end_version)
     try:
         reader = table.load_cdf(starting_version=watermark + 1, ending_version=end_version)
         feed = _conform_feed(pa.table(reader.read_all()), arrow_schema(table))
@@ -58,7 +67,7 @@ def _conform_feed(feed: pa.Table, schema: pa.Schema) -> pa.Table:
     return feed.select(target.names).cast(target)
 
 
-def _check_versions_available(table: DeltaTable, source: str, watermark: int, end_version: int) -> None:
+def _check_versions_available(source: str, watermark: int, end_version: int) -> None:
     log_dir = os.path.join(source, "_delta_log")
     missing = [
         version
@@ -71,6 +80,38 @@ def _check_versions_available(table: DeltaTable, source: str, watermark: int, en
             f"catch up from watermark {watermark}: its log expired (delta.logRetentionDuration) "
             "or was cleaned up. Changes cannot be replayed; rebuild the MV with a new snapshot."
         )
+
+
+def change_files(source: str, version: int) -> list[str]:
+    """The files the change feed of one upstream version is read from.
+
+    A commit with `cdc` actions is read from its change files only; a commit without
+    them (a plain append or whole-file delete) from its added and data-changing removed files.
+    """
+    cdc: list[str] = []
+    data: list[str] = []
+    with open(os.path.join(source, "_delta_log", f"{version:020d}.json")) as handle:
+        for line in handle:
+            action = json.loads(line)
+            if "cdc" in action:
+                cdc.append(action["cdc"]["path"])
+            for kind in ("add", "remove"):
+                if kind in action and action[kind].get("dataChange", True):
+                    data.append(action[kind]["path"])
+    return [os.path.join(source, unquote(path)) for path in (cdc or data)]
+
+
+def _check_change_files_available(source: str, watermark: int, end_version: int) -> None:
+    for version in range(watermark + 1, end_version + 1):
+        missing = [path for path in change_files(source, version) if not os.path.exists(path)]
+        if missing:
+            raise UpstreamError(
+                f"the upstream's change files for version {version} are gone ({len(missing)} missing, "
+                f"e.g. {os.path.relpath(missing[0], source)}): the upstream was vacuumed past the MV's "
+                f"watermark {watermark}. Changes cannot be replayed; rebuild the MV with a new snapshot "
+                "(delete the target and rerun the DAG), and keep delta.deletedFileRetentionDuration "
+                "longer than the backfill."
+            )
 
 
 def _schema_diff(before: pa.Schema, after: pa.Schema) -> str:

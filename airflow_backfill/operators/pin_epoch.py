@@ -17,6 +17,7 @@ from typing import Any
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
 from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.retention import margin_warnings, retention_warnings
 from airflow_backfill.engine.snapshot_progress import load_progress
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
@@ -68,10 +69,12 @@ class PinEpochOperator(BaseBranchOperator):
                 self.log.info("an unfinished snapshot at epoch %s resumes (%s of %s chunks done)",
                               pinned, len(unfinished.done), unfinished.chunks_total)
             self.log.info("no MV yet: snapshot of %s pinned at epoch %s", job.source, pinned)
+            retention_warnings(job.source, job.backfill_parallelism)
             ti.xcom_push(key="pinned_epoch", value=pinned)
             return [self.snapshot_task_id, self.catch_up_task_id, self.forward_task_id]
         pending = upstream_version - watermark
         ti.xcom_push(key="pinned_epoch", value=watermark)
+        margin_warnings(job.source, watermark)
         if pending > job.lag_threshold:
             self.log.info("MV at watermark %s, upstream at %s: %s pending epochs > threshold %s; "
                           "snapshot skipped, catch-up runs", watermark, upstream_version, pending, job.lag_threshold)
