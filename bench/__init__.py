@@ -1,0 +1,1 @@
+"""The TPC-H benchmark of airflow_backfill: `python bench/run.py --help`."""

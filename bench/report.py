@@ -1,0 +1,114 @@
+"""Turn the benchmark's JSON into the table `bench/run.py` prints (and docs/benchmarks.md shows)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TARGETS = {
+    "snapshot_overhead": ("engine / plain Spark", "<= 1.15"),
+    "scaling": ("speed-up p2 / p1", ">= 1.6"),
+    "freshness": ("median commit-to-MV", "<= 3 s"),
+}
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.2f}{unit}"
+    return f"{value}{unit}"
+
+
+def _verdict(met: bool | None) -> str:
+    return {True: "met", False: "MISSED", None: ""}[met]
+
+
+def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(measurement, figure, target, verdict) rows, one per headline figure."""
+    table: list[tuple[str, str, str, str]] = []
+    overhead = result.get("snapshot_overhead", {})
+    for kind in ("stateless", "aggregate"):
+        case = overhead.get(kind, {})
+        if case.get("status") == "measured":
+            table.append((
+                f"1. snapshot overhead, {kind} MV (p{overhead.get('parallelism')})",
+                f"{_fmt(case['ratio'])}x ({_fmt(case['engine_median_s'], ' s')} vs {_fmt(case['plain_median_s'], ' s')})",
+                "<= 1.15", _verdict(case["ratio"] <= 1.15),
+            ))
+        else:
+            table.append((f"1. snapshot overhead, {kind} MV", _short(case.get("status", overhead.get("status"))), "", ""))
+    scaling = result.get("scaling", {})
+    if "speedup" in scaling:
+        table.append((
+            "2. snapshot scaling p1 -> p2",
+            f"{_fmt(scaling['speedup'])}x ({_fmt(scaling['p1_median_s'], ' s')} -> {_fmt(scaling['p2_median_s'], ' s')})",
+            ">= 1.6", _verdict(scaling["speedup"] >= 1.6),
+        ))
+    else:
+        table.append(("2. snapshot scaling p1 -> p2", _short(scaling.get("status")), "", ""))
+    catch_up = result.get("catch_up", {})
+    for share, case in catch_up.get("shares", {}).items():
+        table.append((
+            f"3. catch-up of {float(share):.1%} updated rows vs recompute",
+            f"{_fmt(case['ratio'])}x ({_fmt(case['catch_up_s'], ' s')} vs {_fmt(case['recompute_s'], ' s')})",
+            "", "",
+        ))
+    if not catch_up.get("shares"):
+        table.append(("3. catch-up vs recompute", _short(catch_up.get("status")), "", ""))
+    freshness = result.get("freshness", {})
+    if "median_s" in freshness:
+        table.append((
+            f"4. forward freshness (p{freshness['parallelism']}, {freshness['epochs_reflected']} epochs)",
+            f"median {_fmt(freshness['median_s'], ' s')}, p95 {_fmt(freshness['p95_s'], ' s')}",
+            "<= 3 s", _verdict(freshness["median_s"] <= 3.0),
+        ))
+    else:
+        table.append(("4. forward freshness", _short(freshness.get("status")), "", ""))
+    orchestration = result.get("orchestration", {})
+    if "wall_s" in orchestration:
+        table.append((
+            "5. airflow dags test vs phases' Spark time",
+            f"{_fmt(orchestration['wall_s'], ' s')} vs {_fmt(orchestration['spark_s'], ' s')} "
+            f"(+{_fmt(orchestration['overhead_s'], ' s')})",
+            "", "",
+        ))
+    else:
+        table.append(("5. orchestration overhead", _short(orchestration.get("status")), "", ""))
+    for section, memory in result.get("memory", {}).items():
+        table.append((f"6. peak memory, {section}", _memory(memory), "", ""))
+    return table
+
+
+def _memory(memory: dict[str, Any]) -> str:
+    if memory.get("peak_rss_mib") is None:
+        return "not measured (psutil missing)"
+    return f"{memory['peak_rss_mib']:.0f} MiB (JVM {memory['peak_jvm_rss_mib']:.0f} MiB)"
+
+
+def _short(status: Any, limit: int = 90) -> str:
+    text = str(status or "not run")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def render(result: dict[str, Any]) -> str:
+    """A plain-text table with the run's scale and machine load in its title."""
+    meta = result.get("meta", {})
+    title = (
+        f"TPC-H lineitem, scale factor {meta.get('scale_factor')}"
+        f"{' (--quick)' if meta.get('quick') else ''}, {meta.get('cpus')} CPUs, "
+        f"load {meta.get('load_before')} before / {meta.get('load_after')} after, {_fmt(meta.get('seconds'), ' s')}"
+    )
+    body = rows(result)
+    headers = ("measurement", "figure", "target", "")
+    widths = [max(len(headers[i]), *(len(row[i]) for row in body)) for i in range(4)]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in body]
+    return "\n".join(lines)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The same table in Markdown, for docs/benchmarks.md."""
+    lines = ["| measurement | figure | target | |", "|---|---|---|---|"]
+    lines += [f"| {' | '.join(row)} |" for row in rows(result)]
+    return "\n".join(lines)

@@ -1,0 +1,257 @@
+"""The TPC-H lineitem benchmark of airflow_backfill, in one command.
+
+    python bench/run.py [--scale 1] [--output bench/results.json] [--quick]
+
+Loads TPC-H `orders`/`lineitem` at the scale factor into a scratch folder (tpchgen-cli,
+nothing downloaded), then measures, each configuration in its own process:
+
+1. snapshot overhead: engine snapshot vs a plain Spark job over the same files;
+2. scaling: the snapshot at backfill parallelism 1 and 2;
+3. catch-up cost: 1% and 0.1% updated rows against recomputing the MV;
+4. forward freshness: upstream commit to MV commit, one upstream epoch a second;
+5. orchestration overhead: `airflow dags test` against the phases' Spark time;
+6. peak memory of every case.
+
+Prints a table, writes the JSON (see docs/benchmarks.md for what each figure means).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # `python bench/run.py` puts bench/, not the checkout, on the path
+    sys.path.insert(0, ROOT)
+
+from bench import report  # noqa: E402
+from bench.measure import stopwatch  # noqa: E402
+
+SECTIONS = ("snapshot_overhead", "scaling", "catch_up", "freshness", "orchestration")
+CHILD_TIMEOUT_S = 30 * 60
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """One process: a parallelism (its `local[N]` master) and the sections it runs."""
+
+    parallelism: int
+    sections: tuple[str, ...]
+    results: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
+    parser.add_argument("--output", default=os.path.join(ROOT, "bench", "results.json"), help="JSON result file")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer freshness epochs, sections grouped in one process per parallelism")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
+    parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")
+    parser.add_argument("--epoch-interval", type=float, default=1.0, help="seconds between upstream epochs")
+    parser.add_argument("--poll-interval", type=float, default=1.0, help="forward's poll interval (job default)")
+    parser.add_argument("--backfill-parallelism", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one)")
+    parser.add_argument("--keep-work", action="store_true", help="keep the scratch folder and children's logs")
+    parser.add_argument("--event-log", action="store_true", help="write Spark event logs to <work>/event-log")
+    args = parser.parse_args(argv)
+    args.sections = tuple(s for s in args.sections.split(",") if s)
+    unknown = sorted(set(args.sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {unknown}; choose from {SECTIONS}")
+    if args.repeats < 1:
+        parser.error("--repeats must be 1 or more")
+    if args.epochs is None:
+        args.epochs = 6 if args.quick else 60
+    return args
+
+
+def plan_children(sections: tuple[str, ...], quick: bool, backfill_parallelism: int) -> list[ChildRun]:
+    """The processes to run, in order.
+
+    Full runs give every section its own process, so each peak memory is its own. Quick
+    runs group sections by parallelism to pay the JVM start twice only; scaling at the
+    backfill parallelism then reuses the overhead section's engine runs (the same
+    snapshot, at the same parallelism, in a session of that parallelism).
+    """
+    spark_sections = [s for s in sections if s != "orchestration"]
+    if quick:
+        backfill = tuple(s for s in spark_sections if s in ("snapshot_overhead", "catch_up"))
+        if "scaling" in spark_sections and "snapshot_overhead" not in spark_sections:
+            backfill = ("scaling", *backfill)
+        steady = tuple(s for s in spark_sections if s in ("scaling", "freshness"))
+        children = [ChildRun(backfill_parallelism, backfill), ChildRun(1, steady)]
+        return [child for child in children if child.sections]
+    children = []
+    for section in spark_sections:
+        if section == "scaling":
+            children += [ChildRun(1, ("scaling",)), ChildRun(backfill_parallelism, ("scaling",))]
+        elif section == "freshness":
+            children.append(ChildRun(1, (section,)))
+        else:
+            children.append(ChildRun(backfill_parallelism, (section,)))
+    return children
+
+
+def run_child(child: ChildRun, args: argparse.Namespace, work_dir: str, index: int) -> dict[str, Any]:
+    """Run one child process; its sections' results, or a failure status for each."""
+    name = f"child-{index}-p{child.parallelism}"
+    config_path = os.path.join(work_dir, f"{name}.config.json")
+    result_path = os.path.join(work_dir, f"{name}.result.json")
+    log_path = os.path.join(work_dir, f"{name}.log")
+    config = {
+        "work_dir": work_dir, "parallelism": child.parallelism, "sections": list(child.sections),
+        "repeats": args.repeats, "seed": args.seed, "freshness_epochs": args.epochs,
+        "epoch_interval": args.epoch_interval, "poll_interval": args.poll_interval,
+    }
+    with open(config_path, "w") as handle:
+        json.dump(config, handle)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    if args.event_log:
+        event_dir = os.path.join(work_dir, "event-log")
+        os.makedirs(event_dir, exist_ok=True)
+        env["PYSPARK_SUBMIT_ARGS"] = (
+            f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir=file://{event_dir} pyspark-shell"
+        )
+    print(f"[bench] p{child.parallelism}: {', '.join(child.sections)} (log {log_path})", flush=True)
+    with open(log_path, "w") as log_file:
+        completed = subprocess.run(
+            [sys.executable, "-m", "bench.child", config_path, result_path], cwd=ROOT, env=env,
+            stdout=log_file, stderr=subprocess.STDOUT, timeout=CHILD_TIMEOUT_S, check=False,
+        )
+    if completed.returncode != 0 or not os.path.exists(result_path):
+        failure = {"status": f"failed: child exited {completed.returncode}, see {log_path}"}
+        return {section: dict(failure) for section in child.sections}
+    with open(result_path) as handle:
+        return json.load(handle)
+
+
+def combine(children: list[ChildRun]) -> dict[str, Any]:
+    """One result per section; scaling and memory gather the figures of several children."""
+    result: dict[str, Any] = {"memory": {}}
+    scaling: dict[str, Any] = {}
+    for child in children:
+        for section, figures in child.results.items():
+            if section.startswith("_"):
+                continue
+            memory = figures.pop("memory", None)
+            if memory is not None:
+                result["memory"][f"{section} p{child.parallelism}"] = memory
+            if section == "scaling":
+                scaling[f"p{child.parallelism}"] = figures
+            else:
+                result[section] = figures
+    overhead = result.get("snapshot_overhead", {}).get("stateless", {})
+    backfill_parallelism = result.get("snapshot_overhead", {}).get("parallelism")
+    if scaling and f"p{backfill_parallelism}" not in scaling and overhead.get("status") == "measured":
+        scaling[f"p{backfill_parallelism}"] = {
+            "parallelism": backfill_parallelism, "snapshot_s": overhead["engine_s"],
+            "snapshot_median_s": overhead["engine_median_s"], "reused": "snapshot_overhead engine runs",
+        }
+    if scaling:
+        result["scaling"] = _speedup(scaling)
+    return result
+
+
+def _speedup(scaling: dict[str, Any]) -> dict[str, Any]:
+    """p1 over the highest parallelism measured, when both were measured."""
+    measured = {key: value for key, value in scaling.items() if "snapshot_median_s" in value}
+    if "p1" not in measured or len(measured) < 2:
+        return {**scaling, "status": "failed: needs parallelism 1 and another one measured"}
+    top = max(measured, key=lambda key: int(key[1:]))
+    return {
+        **scaling,
+        "p1_median_s": measured["p1"]["snapshot_median_s"],
+        "p2_median_s": measured[top]["snapshot_median_s"],
+        "speedup": round(measured["p1"]["snapshot_median_s"] / measured[top]["snapshot_median_s"], 3),
+    }
+
+
+def machine() -> dict[str, Any]:
+    try:
+        import psutil
+
+        memory_gib = round(psutil.virtual_memory().total / 1024**3, 1)
+    except ImportError:
+        memory_gib = None
+    return {"cpus": os.cpu_count(), "memory_gib": memory_gib, "platform": platform.platform(),
+            "python": platform.python_version()}
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("pyspark", "deltalake", "tpchgen-cli", "apache-airflow"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "not installed"
+    return found
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from airflow_backfill import tpch
+
+    work_dir = os.path.abspath(args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-bench-"))
+    os.makedirs(work_dir, exist_ok=True)
+    meta: dict[str, Any] = {
+        "scale_factor": args.scale, "quick": args.quick, "sections": list(args.sections),
+        "repeats": args.repeats, "backfill_parallelism": args.backfill_parallelism, "seed": args.seed,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": _load(), **machine(),
+        "versions": _versions(), "work_dir": work_dir,
+    }
+    print(f"[bench] scale factor {args.scale}, load {meta['load_before']}, work dir {work_dir}", flush=True)
+    failed = False
+    with stopwatch() as elapsed:
+        with stopwatch() as load_elapsed:
+            tables = tpch.load_tpch(os.path.join(work_dir, "tpch"), args.scale)
+        meta["tpch_load_s"] = round(load_elapsed(), 3)
+        print(f"[bench] loaded TPC-H into {tables.root} in {meta['tpch_load_s']} s", flush=True)
+        children = plan_children(args.sections, args.quick, args.backfill_parallelism)
+        for index, child in enumerate(children):
+            child.results.update(run_child(child, args, work_dir, index))
+        result = combine(children)
+        if "orchestration" in args.sections:
+            from bench.orchestration import orchestration_overhead
+
+            print("[bench] orchestration: airflow dags test", flush=True)
+            orchestration = orchestration_overhead(work_dir, tables, args)
+            memory = orchestration.pop("memory", None)
+            if memory is not None:
+                result["memory"]["orchestration"] = memory
+            result["orchestration"] = orchestration
+    meta.update(seconds=round(elapsed(), 1), load_after=_load())
+    result = {"meta": meta, **result}
+    failed = any(str(section.get("status", "")).startswith("failed") for section in result.values()
+                 if isinstance(section, dict))
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as handle:
+        json.dump(result, handle, indent=2)
+    print(report.render(result))
+    print(f"[bench] wrote {args.output}")
+    if not args.keep_work and not failed:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    elif failed:
+        print(f"[bench] a section failed: logs kept in {work_dir}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,316 @@
+"""The benchmark sections that need Spark. Each runs inside a child process whose
+SparkSession is `local[N]` at the parallelism the section measures (see bench/child.py).
+
+Every function returns plain JSON-ready data; the parent process computes nothing but
+the ratios that combine two children's figures (the scaling speed-up).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bench.measure import PhaseTimer, median, percentile, stopwatch
+from bench.workload import (
+    LOADED_EPOCH,
+    QUERIES,
+    Workspace,
+    freshness_latencies,
+    lineitem_job,
+    plain_spark_job,
+    query_support,
+    upstream_files,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("bench")
+
+MV_NAME = "bench_lineitem_mv"
+"""The long-lived MV that catch-up creates and forward keeps fresh."""
+SNAPSHOT_STEPS = ("mv_schema", "_run_chunk", "_refuse_duplicate_keys", "create_mv")
+"""Engine snapshot steps timed separately to say where the time goes."""
+APPLY_STEPS = ("check_schema_unchanged", "read_change_feed", "conform_changes", "merge_changes")
+"""Steps of one catch-up round or forward commit (engine/apply.py) timed separately; the
+rest of `apply_epochs` is Spark netting and mapping the changes (and collecting them)."""
+
+
+@dataclass(frozen=True)
+class SectionSettings:
+    """What the parent asks a child to measure."""
+
+    workspace: Workspace
+    parallelism: int
+    repeats: int
+    seed: int
+    freshness_epochs: int
+    epoch_interval: float
+    poll_interval: float
+
+
+def snapshot_once(spark: SparkSession, settings: SectionSettings, kind: str, timer: PhaseTimer) -> dict[str, Any]:
+    """One engine snapshot of the `kind` MV at the loaded epoch, into a fresh target."""
+    from airflow_backfill.engine import snapshot
+
+    target = settings.workspace.scratch(f"snapshot-{kind}-p{settings.parallelism}")
+    job = lineitem_job(settings.workspace, f"bench_snapshot_{kind}", target, QUERIES[kind],
+                       backfill_parallelism=settings.parallelism)
+    with timer.wrapping(snapshot, SNAPSHOT_STEPS), stopwatch() as elapsed:
+        result = snapshot.run_snapshot(spark, job, epoch=LOADED_EPOCH, parallelism=settings.parallelism)
+    seconds = elapsed()
+    shutil.rmtree(target, ignore_errors=True)
+    return {"seconds": round(seconds, 3), "rows": result.rows, "steps_s": timer.take()}
+
+
+def plain_once(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
+    out_dir = settings.workspace.scratch(f"plain-{kind}-p{settings.parallelism}")
+    with stopwatch() as elapsed:
+        plain_spark_job(spark, files, QUERIES[kind], out_dir)
+    seconds = elapsed()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return {"seconds": round(seconds, 3)}
+
+
+def snapshot_overhead(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
+    """Engine snapshot vs the plain Spark job, alternating, for each MV kind the engine takes."""
+    files = upstream_files(settings.workspace.tables.lineitem, LOADED_EPOCH)
+    warm_up(spark, settings, files)
+    result: dict[str, Any] = {"parallelism": settings.parallelism, "repeats": settings.repeats,
+                              "upstream_files": len(files)}
+    for kind in QUERIES:
+        unsupported = query_support(kind)
+        if unsupported:
+            result[kind] = {"status": unsupported}
+            continue
+        result[kind] = _compare(spark, settings, kind, files)
+    return result
+
+
+def warm_up(spark: SparkSession, settings: SectionSettings, files: list[str]) -> None:
+    """One unmeasured run of each side: the first run in a JVM pays class loading and JIT."""
+    snapshot_once(spark, settings, "stateless", PhaseTimer())
+    plain_once(spark, settings, "stateless", files)
+
+
+def _compare(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
+    timer = PhaseTimer()
+    engine: list[dict[str, Any]] = []
+    plain: list[dict[str, Any]] = []
+    for round_number in range(settings.repeats):
+        # Alternate which goes first, so warm caches and JIT favour neither side.
+        if round_number % 2 == 0:
+            engine.append(snapshot_once(spark, settings, kind, timer))
+            plain.append(plain_once(spark, settings, kind, files))
+        else:
+            plain.append(plain_once(spark, settings, kind, files))
+            engine.append(snapshot_once(spark, settings, kind, timer))
+    engine_s = [run["seconds"] for run in engine]
+    plain_s = [run["seconds"] for run in plain]
+    steps = {step: round(median([run["steps_s"].get(step, 0.0) for run in engine]), 3)
+             for step in SNAPSHOT_STEPS}
+    steps["other"] = round(median(engine_s) - sum(steps.values()), 3)
+    return {
+        "status": "measured",
+        "rows": engine[-1]["rows"],
+        "engine_s": engine_s,
+        "plain_s": plain_s,
+        "engine_median_s": round(median(engine_s), 3),
+        "plain_median_s": round(median(plain_s), 3),
+        "ratio": round(median(engine_s) / median(plain_s), 3),
+        "engine_steps_median_s": steps,
+    }
+
+
+def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
+    """The stateless snapshot at this child's parallelism, `repeats` times."""
+    timer = PhaseTimer()
+    snapshot_once(spark, settings, "stateless", timer)  # warm-up, as in snapshot_overhead
+    timer.take()
+    runs = [snapshot_once(spark, settings, "stateless", timer) for _ in range(settings.repeats)]
+    seconds = [run["seconds"] for run in runs]
+    return {"parallelism": settings.parallelism, "snapshot_s": seconds,
+            "snapshot_median_s": round(median(seconds), 3), "rows": runs[-1]["rows"]}
+
+
+@contextmanager
+def timing_apply(timer: PhaseTimer) -> Iterator[PhaseTimer]:
+    """Time `apply_epochs` (as catch-up and forward call it) and its steps."""
+    from airflow_backfill.engine import apply, catch_up, forward
+
+    with timer.wrapping(apply, APPLY_STEPS), timer.wrapping(catch_up, ("apply_epochs",)), \
+            timer.wrapping(forward, ("apply_epochs",)):
+        yield timer
+
+
+def apply_breakdown(steps: dict[str, float], commits: int = 1) -> dict[str, float]:
+    """Seconds per MV commit in each apply step; `spark` is what the named steps leave."""
+    total = steps.get("apply_epochs", 0.0)
+    named = {step: steps.get(step, 0.0) for step in APPLY_STEPS}
+    breakdown = {**named, "spark": total - sum(named.values()), "apply_epochs": total}
+    return {step: round(value / max(1, commits), 3) for step, value in breakdown.items()}
+
+
+def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
+    """Catch-up of 1% and 0.1% updated rows against recomputing the MV from scratch."""
+    from airflow_backfill import tpch
+    from airflow_backfill.engine.catch_up import run_catch_up
+    from airflow_backfill.engine.snapshot import run_snapshot
+
+    workspace = settings.workspace
+    job = _long_lived_job(settings)
+    with stopwatch() as elapsed:
+        initial = run_snapshot(spark, job, parallelism=settings.parallelism)
+    result: dict[str, Any] = {"parallelism": settings.parallelism, "initial_snapshot_s": round(elapsed(), 3),
+                              "mv_rows": initial.rows, "shares": {}}
+    for share in (0.01, 0.001):
+        with stopwatch() as upstream_elapsed:
+            updated, version = tpch.update_lineitems(workspace.tables, settings.seed, share)
+        timer = PhaseTimer()
+        with timing_apply(timer), stopwatch() as catch_up_elapsed:
+            caught_up = run_catch_up(spark, job, parallelism=settings.parallelism)
+        steps = apply_breakdown(timer.take(), len(caught_up.rounds))
+        recompute_target = workspace.scratch(f"recompute-{share}")
+        recompute_job = lineitem_job(workspace, "bench_recompute", recompute_target, QUERIES["stateless"],
+                                     backfill_parallelism=settings.parallelism)
+        with stopwatch() as recompute_elapsed:
+            run_snapshot(spark, recompute_job, epoch=version, parallelism=settings.parallelism)
+        shutil.rmtree(recompute_target, ignore_errors=True)
+        result["shares"][str(share)] = {
+            "updated_rows": updated,
+            "upstream_merge_s": round(upstream_elapsed(), 3),
+            "catch_up_s": round(catch_up_elapsed(), 3),
+            "catch_up_rounds": len(caught_up.rounds),
+            "round_steps_s": steps,
+            "change_rows": sum(r.change_rows for r in caught_up.rounds),
+            "recompute_s": round(recompute_elapsed(), 3),
+            "ratio": round(catch_up_elapsed() / recompute_elapsed(), 3),
+        }
+    return result
+
+
+def forward_freshness(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
+    """Commit-to-MV latency while the upstream commits an RF1 epoch every `epoch_interval`."""
+    from deltalake import DeltaTable
+
+    from airflow_backfill.engine.catch_up import run_catch_up
+    from airflow_backfill.engine.forward import ForwardBounds, run_forward
+    from airflow_backfill.engine.snapshot import run_snapshot
+
+    job = _long_lived_job(settings)
+    run_snapshot(spark, job, parallelism=settings.parallelism)  # a no-op when catch-up made it
+    run_catch_up(spark, job, parallelism=settings.parallelism)
+    writer = _EpochWriter(settings)
+    stop = threading.Event()
+    writer.start(stop, job.target, job.app_id)
+    timer = PhaseTimer()
+    with timing_apply(timer), stopwatch() as elapsed:
+        forward = run_forward(spark, job, parallelism=settings.parallelism, bounds=ForwardBounds(), stop=stop)
+    writer.join()
+    if writer.error is not None:
+        raise writer.error
+    latencies = freshness_latencies(
+        DeltaTable(job.source).history(), DeltaTable(job.target).history(), writer.versions
+    )
+    if not latencies:
+        raise RuntimeError("no upstream epoch was reflected by the MV during the freshness run")
+    return {
+        "parallelism": settings.parallelism,
+        "epochs": len(writer.versions),
+        "epochs_reflected": len(latencies),
+        "epoch_interval_s": settings.epoch_interval,
+        "poll_interval_s": settings.poll_interval,
+        "orders_per_epoch": writer.orders_per_epoch,
+        "lineitems_per_epoch_mean": round(writer.lineitems / max(1, len(writer.versions)), 1),
+        "upstream_commit_s_median": round(median(writer.commit_seconds), 3),
+        "mv_commits": forward.commits,
+        "commit_steps_mean_s": apply_breakdown(timer.take(), forward.commits),
+        "median_s": round(median(latencies), 3),
+        "p95_s": round(percentile(latencies, 0.95), 3),
+        "max_s": round(max(latencies), 3),
+        "forward_s": round(elapsed(), 3),
+    }
+
+
+def _long_lived_job(settings: SectionSettings) -> Any:
+    return lineitem_job(
+        settings.workspace, MV_NAME, os.path.join(settings.workspace.root, "mv", MV_NAME), QUERIES["stateless"],
+        backfill_parallelism=settings.parallelism, parallelism=settings.parallelism, lag_threshold=0,
+        poll_interval=settings.poll_interval,
+    )
+
+
+class _EpochWriter:
+    """The live upstream: one RF1 refresh (one lineitem commit) every `epoch_interval` s.
+
+    After the last epoch it waits until the MV's watermark reaches it, then stops forward.
+    """
+
+    DRAIN_TIMEOUT = 120.0
+
+    def __init__(self, settings: SectionSettings) -> None:
+        from airflow_backfill import tpch
+
+        self._settings = settings
+        self._tables = settings.workspace.tables
+        self.orders_per_epoch = tpch.refresh_count(self._tables)
+        self.versions: list[int] = []
+        self.commit_seconds: list[float] = []
+        self.lineitems = 0
+        self.error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, stop: threading.Event, target: str, app_id: str) -> None:
+        self._thread = threading.Thread(target=self._run, args=(stop, target, app_id), name="epoch-writer")
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self, stop: threading.Event, target: str, app_id: str) -> None:
+        try:
+            self._write_epochs(stop)
+            self._wait_for_mv(stop, target, app_id)
+        except BaseException as error:  # reported by the section after forward stopped
+            self.error = error
+        finally:
+            stop.set()
+
+    def _write_epochs(self, stop: threading.Event) -> None:
+        from airflow_backfill import tpch
+
+        started = time.monotonic()
+        for epoch in range(1, self._settings.freshness_epochs + 1):
+            if stop.wait(max(0.0, started + epoch * self._settings.epoch_interval - time.monotonic())):
+                return
+            with stopwatch() as elapsed:
+                refresh = tpch.insert_new_orders(self._tables, self._settings.seed, self.orders_per_epoch)
+            self.commit_seconds.append(elapsed())
+            self.versions.append(refresh.lineitem_version)
+            self.lineitems += refresh.lineitems
+
+    def _wait_for_mv(self, stop: threading.Event, target: str, app_id: str) -> None:
+        from airflow_backfill.engine.delta_log import read_watermark
+
+        deadline = time.monotonic() + self.DRAIN_TIMEOUT
+        last = self.versions[-1] if self.versions else 0
+        while time.monotonic() < deadline and not stop.is_set():
+            if (read_watermark(target, app_id) or 0) >= last:
+                return
+            time.sleep(0.1)
+
+
+SECTIONS = {
+    "snapshot_overhead": snapshot_overhead,
+    "scaling": scaling,
+    "catch_up": catch_up_cost,
+    "freshness": forward_freshness,
+}

@@ -1,0 +1,113 @@
+"""What the benchmark runs: the MV queries over TPC-H lineitem, their jobs, the plain
+Spark baseline, and the freshness latencies read back from the two Delta logs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_backfill import tpch
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_backfill.job import BackfillJob
+
+STATELESS_QUERY = (
+    "SELECT l_orderkey, l_linenumber, l_extendedprice * (1 - l_discount) AS disc_price, l_shipdate "
+    "FROM source WHERE l_shipdate <= DATE '1998-09-02'"
+)
+"""A stateless MV: one row per line item shipped by the TPC-H Q1 cut-off date."""
+
+Q1_QUERY = (
+    "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS sum_qty, "
+    "SUM(l_extendedprice) AS sum_base_price, SUM(l_extendedprice * (1 - l_discount)) AS sum_disc_price, "
+    "SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS sum_charge, AVG(l_quantity) AS avg_qty, "
+    "AVG(l_extendedprice) AS avg_price, AVG(l_discount) AS avg_disc, COUNT(*) AS count_order "
+    "FROM source WHERE l_shipdate <= DATE '1998-09-02' GROUP BY l_returnflag, l_linestatus"
+)
+"""TPC-H Q1 (without ORDER BY, which an MV has no use for) as an aggregate MV."""
+
+QUERIES = {"stateless": STATELESS_QUERY, "aggregate": Q1_QUERY}
+LINEITEM_KEY = tpch.PRIMARY_KEYS[tpch.LINEITEM]
+LOADED_EPOCH = 0
+"""Snapshot measurements pin the initial load, so later sections' writes never change them."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The benchmark's folders: TPC-H upstreams, MVs and scratch output."""
+
+    root: str
+
+    @property
+    def tables(self) -> tpch.TpchTables:
+        return tpch.open_tpch(self.upstream_root)
+
+    @property
+    def upstream_root(self) -> str:
+        return os.path.join(self.root, "tpch")
+
+    def scratch(self, name: str) -> str:
+        """A fresh, empty folder path (removed first if a previous run left it)."""
+        path = os.path.join(self.root, "scratch", name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+
+def query_support(kind: str) -> str | None:
+    """None when the engine accepts the query kind, else why not (said in the report)."""
+    from airflow_backfill.engine.query import plan_query
+    from airflow_backfill.exceptions import BackfillConfigError
+
+    try:
+        plan_query(QUERIES[kind], LINEITEM_KEY)
+    except BackfillConfigError as error:
+        return f"not supported yet: {error}"
+    return None
+
+
+def lineitem_job(workspace: Workspace, name: str, target: str, query: str, **settings: Any) -> BackfillJob:
+    from airflow_backfill.job import BackfillJob
+
+    return BackfillJob(
+        name=name, source=workspace.tables.lineitem, target=target, query=query,
+        primary_key=LINEITEM_KEY, **settings,
+    )
+
+
+def upstream_files(source: str, epoch: int) -> list[str]:
+    """The upstream's data files at `epoch`: what both the engine and the baseline read."""
+    from airflow_backfill.engine.snapshot_chunks import list_upstream_files
+
+    return [file.path for file in list_upstream_files(source, epoch)]
+
+
+def plain_spark_job(spark: SparkSession, files: list[str], query: str, out_dir: str) -> None:
+    """The baseline: read the Parquet files, run the query, write Parquet. No Delta at all."""
+    spark.read.parquet(*files).createOrReplaceTempView("source")
+    spark.sql(query).write.parquet(out_dir)
+
+
+def freshness_latencies(
+    upstream_history: list[dict[str, Any]], mv_history: list[dict[str, Any]], versions: list[int]
+) -> list[float]:
+    """Seconds from each upstream commit in `versions` to the first MV commit reflecting it.
+
+    An MV commit reflects upstream version `v` when its recorded epoch (the watermark it
+    committed) is at least `v`. Versions no MV commit reflects yet are left out.
+    """
+    committed = {int(entry["version"]): int(entry["timestamp"]) for entry in upstream_history}
+    mv_commits = sorted(
+        (int(entry["airflow_backfill.epoch"]), int(entry["timestamp"]))
+        for entry in mv_history
+        if "airflow_backfill.epoch" in entry
+    )
+    latencies = []
+    for version in versions:
+        reflecting = [timestamp for epoch, timestamp in mv_commits if epoch >= version]
+        if version in committed and reflecting:
+            latencies.append((min(reflecting) - committed[version]) / 1000.0)
+    return latencies

@@ -1,0 +1,143 @@
+"""The benchmark harness: its pure parts (statistics, latencies, planning, the report)
+and an end-to-end smoke run of `python bench/run.py --quick` at a tiny scale factor."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import report  # noqa: E402
+from bench.measure import PhaseTimer, median, percentile  # noqa: E402
+from bench.run import ChildRun, combine, plan_children  # noqa: E402
+from bench.workload import freshness_latencies  # noqa: E402
+
+
+def test_percentile_is_nearest_rank_and_median_is_the_middle() -> None:
+    values = [float(v) for v in range(1, 21)]
+    assert percentile(values, 0.95) == 19.0
+    assert percentile(values, 1.0) == 20.0
+    assert percentile([3.0], 0.95) == 3.0
+    assert median([5.0, 1.0, 3.0]) == 3.0
+
+
+def test_freshness_latency_is_first_mv_commit_at_or_past_the_epoch() -> None:
+    upstream = [{"version": 5, "timestamp": 10_000}, {"version": 6, "timestamp": 11_000},
+                {"version": 7, "timestamp": 12_000}]
+    mv = [
+        {"version": 0, "timestamp": 9_000, "airflow_backfill.epoch": "4"},
+        {"version": 1, "timestamp": 12_500, "airflow_backfill.epoch": "6"},  # reflects 5 and 6
+        {"version": 2, "timestamp": 14_000, "airflow_backfill.epoch": "7"},
+        {"version": 3, "timestamp": 15_000},  # not an engine commit
+    ]
+    assert freshness_latencies(upstream, mv, [5, 6, 7]) == [2.5, 1.5, 2.0]
+    assert freshness_latencies(upstream, mv[:2], [5, 7]) == [2.5]  # 7 not reflected yet
+
+
+def test_phase_timer_wraps_and_restores_module_functions() -> None:
+    import types
+
+    module = types.SimpleNamespace(step=lambda x: x * 2)
+    original = module.step
+    timer = PhaseTimer()
+    with timer.wrapping(module, ["step", "missing"]):
+        assert module.step(2) == 4
+        assert module.step is not original
+    assert module.step is original
+    assert set(timer.take()) == {"step"}
+    assert timer.take() == {}
+
+
+def test_quick_plan_groups_by_parallelism_and_full_plan_isolates_sections() -> None:
+    sections = ("snapshot_overhead", "scaling", "catch_up", "freshness", "orchestration")
+    quick = plan_children(sections, quick=True, backfill_parallelism=2)
+    assert [(c.parallelism, c.sections) for c in quick] == [
+        (2, ("snapshot_overhead", "catch_up")), (1, ("scaling", "freshness")),
+    ]
+    full = plan_children(sections, quick=False, backfill_parallelism=2)
+    assert [(c.parallelism, c.sections) for c in full] == [
+        (2, ("snapshot_overhead",)), (1, ("scaling",)), (2, ("scaling",)), (2, ("catch_up",)), (1, ("freshness",)),
+    ]
+
+
+def test_combine_reuses_the_overhead_runs_for_scaling_in_quick_mode() -> None:
+    backfill = ChildRun(2, ("snapshot_overhead",))
+    backfill.results.update({
+        "_session": {"start_s": 8.0},
+        "snapshot_overhead": {"parallelism": 2, "memory": {"peak_rss_mib": 900.0, "peak_jvm_rss_mib": 700.0},
+                              "stateless": {"status": "measured", "engine_s": [5.0, 6.0, 7.0],
+                                            "engine_median_s": 6.0}},
+    })
+    steady = ChildRun(1, ("scaling",))
+    steady.results["scaling"] = {"parallelism": 1, "snapshot_median_s": 9.0, "memory": {"peak_rss_mib": 800.0}}
+    result = combine([backfill, steady])
+    assert result["scaling"]["speedup"] == 1.5
+    assert set(result["memory"]) == {"snapshot_overhead p2", "scaling p1"}
+    assert "_session" not in result
+
+
+def test_report_says_missed_targets_and_unavailable_sections() -> None:
+    result = {
+        "meta": {"scale_factor": 0.01, "quick": True, "cpus": 2, "load_before": 0.5, "load_after": 1.0,
+                 "seconds": 50.0},
+        "snapshot_overhead": {"parallelism": 2, "stateless": {
+            "status": "measured", "ratio": 1.3, "engine_median_s": 1.3, "plain_median_s": 1.0},
+            "aggregate": {"status": "not supported yet: GROUP BY"}},
+        "orchestration": {"status": "not available: airflow_backfill.task_group cannot be imported"},
+        "memory": {"snapshot_overhead p2": {"peak_rss_mib": 900.0, "peak_jvm_rss_mib": 700.0}},
+    }
+    text = report.render(result)
+    assert "1.30x" in text and "MISSED" in text
+    assert "not supported yet" in text and "not available" in text
+    assert report.markdown(result).startswith("| measurement |")
+
+
+def _numbers(*values: object) -> bool:
+    return all(isinstance(value, int | float) and not isinstance(value, bool) for value in values)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(900)
+def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
+    output = tmp_path / "results.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    completed = subprocess.run(
+        [sys.executable, "bench/run.py", "--scale", "0.002", "--quick", "--epochs", "4",
+         "--output", str(output), "--work-dir", str(tmp_path / "work")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+    result = json.loads(output.read_text())
+    assert result["meta"]["scale_factor"] == 0.002 and result["meta"]["quick"] is True
+
+    overhead = result["snapshot_overhead"]
+    stateless = overhead["stateless"]
+    assert len(stateless["engine_s"]) == len(stateless["plain_s"]) == 3
+    assert _numbers(stateless["ratio"], stateless["engine_median_s"], stateless["plain_median_s"])
+    aggregate = overhead["aggregate"]
+    assert aggregate["status"].startswith("not supported yet") or _numbers(aggregate["ratio"])
+
+    assert _numbers(result["scaling"]["speedup"], result["scaling"]["p1_median_s"], result["scaling"]["p2_median_s"])
+    for share in ("0.01", "0.001"):
+        case = result["catch_up"]["shares"][share]
+        assert case["updated_rows"] >= 1 and _numbers(case["ratio"], case["catch_up_s"], case["recompute_s"])
+
+    freshness = result["freshness"]
+    assert freshness["epochs"] == 4 and freshness["epochs_reflected"] == 4
+    assert _numbers(freshness["median_s"], freshness["p95_s"]) and freshness["p95_s"] >= freshness["median_s"] > 0
+
+    orchestration = result["orchestration"]
+    assert orchestration.get("status", "").startswith("not available") or _numbers(
+        orchestration["wall_s"], orchestration["spark_s"], orchestration["overhead_s"]
+    )
+    memory = result["memory"]
+    assert {"snapshot_overhead p2", "catch_up p2", "scaling p1", "freshness p1"} <= set(memory)
+    assert all(_numbers(peak["peak_rss_mib"]) and peak["peak_rss_mib"] > 100 for peak in memory.values())
+    assert "snapshot overhead" in completed.stdout and "freshness" in completed.stdout
