@@ -22,6 +22,7 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.overrides import job_overrides, validate_overrides
+from airflow_backfill.process import stop_driver
 
 
 def entry_point(phase: str) -> str:
@@ -161,11 +162,31 @@ class ForwardOperator(_PhaseOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "max_epochs", "idle_timeout")
 
     def __init__(
-        self, *, max_epochs: int | str | None = None, idle_timeout: float | str | None = None, **kwargs: Any
+        self,
+        *,
+        max_epochs: int | str | None = None,
+        idle_timeout: float | str | None = None,
+        stop_timeout: float = 120.0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.max_epochs = max_epochs
         self.idle_timeout = idle_timeout
+        self.stop_timeout = stop_timeout
+
+    def on_kill(self) -> None:
+        """Marking the task failed or stopping it lets the current commit finish first.
+
+        The driver gets SIGTERM and `stop_timeout` seconds to commit and exit; only then
+        is spark-submit killed the provider's way.
+        """
+        submitted = getattr(self._hook, "_submit_sp", None) if self._hook else None
+        if submitted is not None and submitted.poll() is None:
+            self.log.info("stopping forward: SIGTERM to the driver, up to %.0f s to finish its commit",
+                          self.stop_timeout)
+            if stop_driver(submitted.pid, "forward.py", self.stop_timeout):
+                return
+        super().on_kill()
 
     def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
         max_epochs = overrides.get("forward_max_epochs", _optional(self.max_epochs, int))

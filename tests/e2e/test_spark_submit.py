@@ -13,6 +13,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
+from airflow_backfill.process import stop_driver
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e
@@ -58,18 +59,19 @@ def test_phases_as_spark_submit_processes(tmp_path, tables):
             done = subprocess.run(spark_submit(phase, "--job", str(job)), capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stderr[-3000:]
         forward = subprocess.Popen(
-            spark_submit("forward", "--job", str(job)), stderr=subprocess.PIPE, text=True
+            spark_submit("forward", "--job", str(job)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
         start = DeltaTable(tables["target"]).transaction_version("airflow_backfill/orders_e2e")
         deadline = time.monotonic() + 120
         while DeltaTable(tables["target"]).transaction_version("airflow_backfill/orders_e2e") < start + 3:
-            assert forward.poll() is None, forward.stderr.read()[-3000:] if forward.stderr else ""
+            assert forward.poll() is None, forward.stdout.read()[-3000:] if forward.stdout else ""
             assert time.monotonic() < deadline, "forward did not advance the watermark"
             time.sleep(0.5)
-        forward.send_signal(signal.SIGTERM)
-        _, stderr = forward.communicate(timeout=120)
-        assert forward.returncode == 0, stderr[-3000:]
-        assert "stopping after the current commit" in stderr
+        # What ForwardOperator.on_kill does: SIGTERM to the Python driver under spark-submit.
+        assert stop_driver(forward.pid, "forward.py", timeout=120)
+        output, _ = forward.communicate(timeout=10)
+        assert forward.returncode == 0, output[-3000:]
+        assert "stopping after the current commit" in output
     finally:
         simulator.send_signal(signal.SIGTERM)
         simulator.wait(timeout=60)
@@ -82,5 +84,5 @@ def test_bad_job_file_fails_before_spark_work(tmp_path, tables):
     job.write_text(f"name: x\nsource: {tables['source']}\ntarget: {tables['target']}\nquery: SELECT 1\n")
     done = subprocess.run(spark_submit("snapshot", "--job", str(job)), capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
-    assert "missing required field(s) primary_key" in done.stderr
+    assert "missing required field(s) primary_key" in done.stdout
     assert not Path(tables["target"]).exists()
