@@ -1,7 +1,8 @@
-"""The `airflow-backfill` command: run the upstream simulator, show a job's status.
+"""The `airflow-backfill` command: run the upstream simulator, show and alter a job.
 
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
+    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|none] [--reset]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
 that names the problem and the fix; logs and progress lines go to stderr, results to
@@ -18,9 +19,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.exceptions import BackfillError
+from airflow_backfill.exceptions import BackfillConfigError, BackfillError
+
+if TYPE_CHECKING:
+    from airflow_backfill.engine.control import BackfillSettings
 
 log = logging.getLogger("airflow_backfill.cli")
 
@@ -147,13 +151,122 @@ def _run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- alter ------------------------------------------------------------------------------
+
+_NO_RATE_LIMIT = "none"
+_UNSET = object()
+"""--rate-limit not given (None means `--rate-limit none`)."""
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _backfill_parallelism(text: str) -> int:
+    """A backfill parallelism within the job's bounds (1..MAX_PARALLELISM)."""
+    from airflow_backfill.job import MAX_PARALLELISM
+
+    value = _whole_number(text)
+    if not 1 <= value <= MAX_PARALLELISM:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_PARALLELISM}, got {value}")
+    return value
+
+
+def _rate_limit(text: str) -> int | None:
+    """Rows per second within the job's bounds, or `none` to lift the cap while overridden."""
+    from airflow_backfill.job import validate_rate_limit
+
+    if text.strip().lower() == _NO_RATE_LIMIT:
+        return None
+    value = _whole_number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected 1 row per second or more (or '{_NO_RATE_LIMIT}' to lift the cap), got {value}"
+        )
+    try:
+        return validate_rate_limit(value)
+    except BackfillConfigError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _add_alter(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "alter",
+        help="change a running backfill's parallelism or rate limit (applies at the next chunk or round)",
+        description="Override the backfill parallelism and/or rate limit of a job. The phases read the "
+        "override at their next safe point: the next snapshot chunk or the next catch-up round. "
+        "--reset removes the overrides, so the job file's values apply again.",
+    )
+    parser.add_argument("--job", required=True, metavar="FILE", help="the job's YAML file")
+    parser.add_argument("--backfill-parallelism", type=_backfill_parallelism, metavar="N",
+                        help="Spark parallelism of snapshot chunks and catch-up rounds (1 to 1024)")
+    parser.add_argument("--rate-limit", type=_rate_limit, metavar="ROWS_PER_S",
+                        help=f"rows-per-second cap of snapshot and catch-up reads; '{_NO_RATE_LIMIT}' lifts it")
+    parser.add_argument("--reset", action="store_true", help="remove the overrides (back to the job's values)")
+    parser.set_defaults(run=_run_alter, rate_limit=_UNSET)
+
+
+def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The overrides asked for, or a usage error naming the conflict."""
+    overrides: dict[str, Any] = {}
+    if args.backfill_parallelism is not None:
+        overrides["backfill_parallelism"] = args.backfill_parallelism
+    if args.rate_limit is not _UNSET:
+        overrides["rate_limit"] = args.rate_limit
+    if args.reset and overrides:
+        raise BackfillConfigError(
+            "--reset restores the job's own values and cannot be combined with "
+            f"{' or '.join('--' + key.replace('_', '-') for key in overrides)}; run alter twice."
+        )
+    if not args.reset and not overrides:
+        raise BackfillConfigError("nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S or --reset.")
+    return overrides
+
+
+def _describe(settings: BackfillSettings | None) -> str:
+    if settings is None:
+        return "unreadable overrides"
+    rate = _NO_RATE_LIMIT if settings.rate_limit is None else f"{settings.rate_limit} rows/s"
+    return f"backfill_parallelism={settings.backfill_parallelism}, rate_limit={rate}"
+
+
+def _run_alter(args: argparse.Namespace) -> int:
+    from airflow_backfill.engine.control import (
+        effective_settings,
+        next_safe_point,
+        reset_overrides,
+        write_overrides,
+    )
+    from airflow_backfill.job import load_job
+
+    overrides = _requested_overrides(args)  # usage errors first, before the job file is read
+    job = load_job(args.job)
+    before: BackfillSettings | None = None
+    try:
+        before = effective_settings(job)
+    except BackfillConfigError:
+        if not args.reset:  # a damaged control file: --reset is the way out
+            raise
+    if args.reset:
+        reset_overrides(job.target)
+    else:
+        write_overrides(job.target, **overrides)
+    after = effective_settings(job)
+    action = "reset to the job's values" if args.reset else "altered"
+    print(f"job {job.name}: {action}: {_describe(before)} -> {_describe(after)}")
+    print(next_safe_point(job).message)
+    return EXIT_OK
+
+
 # ---- command table ----------------------------------------------------------------------
 
 COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_simulate,
     _add_status,
-    # `alter` (backfill parallelism / rate limit overrides, `--reset`) is added here as
-    # `_add_alter`, defined like the two above.
+    _add_alter,
 )
 
 

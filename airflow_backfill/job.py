@@ -51,6 +51,16 @@ def validate_rate_limit(value: Any) -> int | None:
     return _positive_int("rate_limit", value, 10**12)
 
 
+DEFAULT_MAX_STALLED_ROUNDS = 3
+MAX_STALLED_ROUNDS_LIMIT = 1000
+"""Upper bound for max_stalled_rounds: a lag that has not shrunk for this long never will."""
+
+
+def validate_max_stalled_rounds(value: Any) -> int:
+    """Validate the rounds without a shrinking lag after which catch-up hands over to forward."""
+    return _positive_int("max_stalled_rounds", value, MAX_STALLED_ROUNDS_LIMIT)
+
+
 def validate_lag_threshold(value: Any) -> int:
     """Validate the number of pending epochs at which catch-up hands over to forward."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -121,6 +131,9 @@ class BackfillJob:
     """Seconds between upstream polls in the forward phase and the caught-up sensor."""
     max_catch_up_rounds: int = 100
     """Catch-up rounds after which the job hands over to forward even if still lagging."""
+    max_stalled_rounds: int = DEFAULT_MAX_STALLED_ROUNDS
+    """Consecutive catch-up rounds whose starting lag did not shrink after which catch-up
+    hands over to forward with a warning (the upstream commits faster than a round)."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form user metadata, kept but not interpreted."""
 
@@ -148,6 +161,7 @@ class BackfillJob:
         if not 0 < self.poll_interval <= 3600:
             raise BackfillConfigError(f"poll_interval must be in (0, 3600] seconds, got {self.poll_interval}.")
         _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
+        validate_max_stalled_rounds(self.max_stalled_rounds)
 
     @property
     def app_id(self) -> str:

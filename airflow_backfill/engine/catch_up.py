@@ -2,9 +2,12 @@
 
 Each round covers every epoch pending at its start, so the epochs pending after a round
 are only those that arrived during it. Rounds repeat until the lag is at or under the
-job's threshold; if the lag stops shrinking (the upstream writes faster than a round
-applies), catch-up hands over to forward with a warning, which loses nothing because
-forward continues from the same watermark.
+job's threshold; if the lag stops shrinking for `max_stalled_rounds` rounds (the
+upstream writes faster than a round applies), catch-up hands over to forward with a
+warning, which loses nothing because forward continues from the same watermark.
+
+Every round re-reads the live-control overrides (`airflow-backfill alter`), so a new
+backfill parallelism or rate limit applies from the next round without a restart.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.apply import apply_epochs, current_watermark
+from airflow_backfill.engine.control import BackfillSettings, effective_settings
 from airflow_backfill.engine.delta_log import check_upstream, latest_version
+from airflow_backfill.engine.parallelism import runtime_conf_for
 from airflow_backfill.engine.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
@@ -28,12 +33,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STALLED_ROUNDS = 3
-"""Consecutive rounds without a shrinking lag after which catch-up hands over."""
-
 
 @dataclass(frozen=True)
 class CatchUpRound:
+    """What one round did; recorded in the state file for `status` and convergence checks."""
+
     round: int
     pending_epochs: int
     """Epochs pending when the round started (all of them are applied by the round)."""
@@ -41,6 +45,13 @@ class CatchUpRound:
     """Age of the newest applied upstream epoch relative to the MV's watermark epoch."""
     change_rows: int
     seconds: float
+    """Wall time of the round, pause for the rate limit included."""
+    parallelism: int
+    """Backfill parallelism the round ran at (the job's, or the `alter` override)."""
+    rate_limit: int | None
+    """Rows-per-second cap the round was paced to (None: unpaced)."""
+    paused_seconds: float
+    """Part of `seconds` spent waiting for the rate limit."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +63,11 @@ class CatchUpResult:
 
 
 def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | None = None) -> CatchUpResult:
-    """Catch the MV up until pending epochs <= lag_threshold (or the lag stalls)."""
-    parallelism = parallelism or job.backfill_parallelism
+    """Catch the MV up until pending epochs <= lag_threshold (or the lag stalls).
+
+    `parallelism` (the task's --parallelism) replaces the job's backfill parallelism;
+    an `alter` override replaces both, from the next round.
+    """
     plan = plan_query(job.query, job.primary_key)
     check_upstream(job.source)
     current_watermark(job)  # the MV must exist: checked before anything is written
@@ -61,9 +75,11 @@ def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | No
         return _catch_up(spark, job, plan, parallelism)
 
 
-def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelism: int) -> CatchUpResult:
+def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelism: int | None) -> CatchUpResult:
     watermark = current_watermark(job)
-    job_state.update_state(job.target, phase=job_state.PHASE_CATCH_UP, parallelism=parallelism)
+    settings = effective_settings(job, parallelism)
+    job_state.update_state(job.target, phase=job_state.PHASE_CATCH_UP,
+                           parallelism=settings.backfill_parallelism)
     rounds: list[CatchUpRound] = []
     stalled = 0
     while True:
@@ -78,32 +94,66 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
             stalled += 1
         else:
             stalled = 0
-        if stalled >= STALLED_ROUNDS or len(rounds) >= job.max_catch_up_rounds:
+        if stalled >= job.max_stalled_rounds:
             log.warning(
-                "catch-up: the lag has not shrunk for %s rounds (pending %s); the upstream commits "
-                "faster than catch-up applies. Handing over to forward, which continues from "
-                "watermark %s: nothing is lost.", stalled, pending, watermark,
+                "catch-up: the lag has not shrunk for %s rounds (pending %s, max_stalled_rounds %s); the "
+                "upstream commits faster than catch-up applies. Handing over to forward, which continues "
+                "from watermark %s: nothing is lost.", stalled, pending, job.max_stalled_rounds, watermark,
             )
             converged = False
             break
-        round_started = time.monotonic()
-        applied = apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_CATCH_UP, parallelism=parallelism)
-        change_rows = applied.change_rows if applied else 0
-        pace(change_rows, time.monotonic() - round_started, job.rate_limit)
+        if len(rounds) >= job.max_catch_up_rounds:
+            log.warning(
+                "catch-up: max_catch_up_rounds (%s) reached with %s pending epochs. Handing over to "
+                "forward, which continues from watermark %s: nothing is lost.",
+                job.max_catch_up_rounds, pending, watermark,
+            )
+            converged = False
+            break
+        settings = _round_settings(spark, job, parallelism, settings, len(rounds) + 1)
+        rounds.append(_run_round(spark, job, plan, latest, pending, settings, len(rounds) + 1))
         watermark = latest
-        rounds.append(CatchUpRound(
-            round=len(rounds) + 1, pending_epochs=pending,
-            seconds_behind=_seconds_behind(job.source, watermark),
-            change_rows=change_rows, seconds=round(time.monotonic() - round_started, 3),
-        ))
-        job_state.update_state(job.target, catch_up_rounds=[asdict(r) for r in rounds], watermark=watermark)
+        job_state.update_state(job.target, catch_up_rounds=[asdict(r) for r in rounds], watermark=watermark,
+                               parallelism=settings.backfill_parallelism)
     job_state.update_state(
         job.target, phase=job_state.PHASE_CATCH_UP, state=job_state.STATE_CREATED,
-        caught_up_epoch=watermark, catch_up_converged=converged,
+        caught_up_epoch=watermark, catch_up_converged=converged, catch_up_pending_epochs=pending,
         catch_up_rounds=[asdict(r) for r in rounds],
     )
     log.info("catch-up done: watermark %s after %s rounds, pending %s", watermark, len(rounds), pending)
     return CatchUpResult(watermark=watermark, rounds=rounds, pending_epochs=pending, converged=converged)
+
+
+def _round_settings(
+    spark: SparkSession, job: BackfillJob, parallelism: int | None, previous: BackfillSettings, number: int
+) -> BackfillSettings:
+    """Re-read the overrides (the round is the safe point) and set the session up for them."""
+    settings = effective_settings(job, parallelism)
+    if settings != previous:
+        log.info("catch-up round %s: backfill parallelism %s -> %s, rate limit %s -> %s (altered)", number,
+                 previous.backfill_parallelism, settings.backfill_parallelism,
+                 previous.rate_limit, settings.rate_limit)
+    for key, value in runtime_conf_for(settings.backfill_parallelism).items():
+        spark.conf.set(key, value)
+    return settings
+
+
+def _run_round(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, latest: int, pending: int,
+    settings: BackfillSettings, number: int,
+) -> CatchUpRound:
+    """Apply every pending epoch in one commit, then pace the round to the rate limit."""
+    started = time.monotonic()
+    applied = apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_CATCH_UP,
+                           parallelism=settings.backfill_parallelism)
+    change_rows = applied.change_rows if applied else 0
+    paused = pace(change_rows, time.monotonic() - started, settings.rate_limit)
+    return CatchUpRound(
+        round=number, pending_epochs=pending, seconds_behind=_seconds_behind(job.source, latest),
+        change_rows=change_rows, seconds=round(time.monotonic() - started, 3),
+        parallelism=settings.backfill_parallelism, rate_limit=settings.rate_limit,
+        paused_seconds=round(paused, 3),
+    )
 
 
 def _seconds_behind(source: str, watermark: int) -> float:

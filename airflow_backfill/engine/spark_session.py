@@ -5,38 +5,56 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MASTER = "local[*]"
+"""The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
+
 
 def spark_conf_for_parallelism(parallelism: int) -> dict[str, str]:
-    """Spark settings that make a phase use `parallelism` slots for scans and shuffles."""
-    return {
-        "spark.sql.shuffle.partitions": str(parallelism),
-        "spark.default.parallelism": str(parallelism),
-    }
+    """Master-independent settings for `parallelism` (shuffle and default parallelism).
+
+    Kept for callers that do not know the master yet; `spark_conf_for(parallelism,
+    master)` in engine/parallelism.py also sizes local[N] or the executors.
+    """
+    return task_conf_for(parallelism)
+
+
+def _submitted_executor_cores(value: str | None) -> int | None:
+    """spark.executor.cores as spark-submit passed it (None when unset or not a number)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
 
 
 def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
-    """A session at `parallelism`: `local[N]` when the master is local (or unset).
+    """A session at `parallelism`, mapped by `spark_conf_for` onto the submitted master.
 
-    spark-submit passes its own master; on a cluster it is kept and only the shuffle
-    and default parallelism follow the phase. Timestamps are written as microseconds and
+    spark-submit passes its own master: a local one becomes `local[N]`; a cluster one is
+    kept and gets executors x cores (or dynamic-allocation bounds, when the cluster
+    enables it) plus N shuffle partitions. Timestamps are written as microseconds and
     read in UTC so that files are readable by delta-rs and comparable across engines.
     """
     from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     submitted = SparkConf()
-    master = submitted.get("spark.master", "local[*]")
-    builder = SparkSession.builder.appName(app_name)
-    if master.startswith("local"):
-        master = f"local[{parallelism}]"
-        builder = builder.master(master)
+    master = submitted.get("spark.master", DEFAULT_MASTER) or DEFAULT_MASTER
+    dynamic = (submitted.get("spark.dynamicAllocation.enabled", "false") or "").lower() == "true"
+    parallelism_conf = spark_conf_for(
+        parallelism, master,
+        executor_cores=_submitted_executor_cores(submitted.get("spark.executor.cores", None)),
+        dynamic_allocation=dynamic,
+    )
+    master = parallelism_conf.pop("spark.master", master)
+    builder = SparkSession.builder.appName(app_name).master(master)
     settings = {
-        **spark_conf_for_parallelism(parallelism),
+        **parallelism_conf,
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
