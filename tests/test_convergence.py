@@ -118,6 +118,8 @@ def test_the_lag_shrinks_every_round_while_the_upstream_keeps_committing(spark, 
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == catch_up_module.__name__], (
         "no stall warning expected")
     assert result.watermark == snapshot.epoch + sum(pending)
+    handover = job_state.read_state(job.target)["catch_up_handover_version"]
+    assert handover - result.watermark == result.pending_epochs  # the lag the hand-over was decided on
     assert assert_mv_matches(job.source, job.target, QUERY, job.app_id, key=KEY) == result.watermark
 
 
@@ -183,6 +185,7 @@ def test_an_upstream_faster_than_catch_up_hands_over_after_max_stalled_rounds(sp
     assert "nothing is lost" in warnings[0]
     state = job_state.read_state(job.target)
     assert state["catch_up_converged"] is False and state["catch_up_pending_epochs"] == result.pending_epochs
+    assert state["catch_up_handover_version"] == result.watermark + result.pending_epochs
 
     # Nothing lost: the MV is exact at its watermark, and forward continues from there.
     assert assert_mv_matches(job.source, job.target, QUERY, job.app_id, key=KEY) == result.watermark

@@ -118,7 +118,7 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
     job_state.update_state(
         job.target, phase=job_state.PHASE_CATCH_UP, state=job_state.STATE_CREATED,
         caught_up_epoch=watermark, catch_up_converged=converged, catch_up_pending_epochs=pending,
-        catch_up_rounds=[asdict(r) for r in rounds],
+        catch_up_handover_version=latest, catch_up_rounds=[asdict(r) for r in rounds],
     )
     log.info("catch-up done: watermark %s after %s rounds, pending %s", watermark, len(rounds), pending)
     return CatchUpResult(watermark=watermark, rounds=rounds, pending_epochs=pending, converged=converged)

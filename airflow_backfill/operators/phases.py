@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_backfill.engine.spark_session import spark_conf_for_parallelism
+from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -76,6 +76,24 @@ class _PhaseOperator(SparkSubmitOperator):
         """Arguments of this phase's entry point besides the job and the parallelism."""
         return []
 
+    def sizing(self, parallelism: int) -> dict[str, str]:
+        """Spark settings for `parallelism` on the connection's master, fixed at submit time.
+
+        On a cluster these size the executors (they cannot change once the application
+        runs); locally the phase itself starts `local[N]`, so `spark.master` is left to
+        the connection.
+        """
+        master = self._get_hook()._connection["master"]
+        conf = self.conf or {}
+        executor_cores = conf.get("spark.executor.cores")
+        settings = spark_conf_for(
+            parallelism, master,
+            executor_cores=int(executor_cores) if executor_cores is not None else None,
+            dynamic_allocation=str(conf.get("spark.dynamicAllocation.enabled", "false")).lower() == "true",
+        )
+        settings.pop("spark.master", None)
+        return settings
+
     def execute(self, context: Any) -> None:
         job, overrides = self.effective_job(context)
         parallelism = self.phase_parallelism(job)
@@ -84,7 +102,12 @@ class _PhaseOperator(SparkSubmitOperator):
             "--job-b64", encoded, "--parallelism", str(parallelism),
             *self.phase_arguments(context, overrides),
         ]
-        self.conf = {**spark_conf_for_parallelism(parallelism), **(self.conf or {})}
+        sizing = self.sizing(parallelism)
+        # The user's conf wins, except the cores per executor: theirs is the upper bound
+        # the sizing already honoured.
+        self.conf = {**sizing, **(self.conf or {})}
+        if "spark.executor.cores" in sizing:
+            self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
         self._hook = None  # built from the arguments above
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
                       self.phase, job.name, parallelism, job.source, job.target)

@@ -84,3 +84,30 @@ def test_invalid_conf_fails_before_spark_submit(job, submitted):
     with pytest.raises(BackfillConfigError, match="must be between 1 and"):
         ForwardOperator(task_id="forward", job=job).execute(context_with({"parallelism": 0}))
     assert submitted == []
+
+
+def test_cluster_master_sizes_executors_before_submit(job, submitted, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", "spark://spark-master:7077?deploy-mode=client")
+    operator = SnapshotBackfillOperator(task_id="snapshot", job=job.with_overrides(backfill_parallelism=6),
+                                        conn_id="spark_cluster", conf={"spark.executor.cores": "4"})
+    operator.execute(context_with())
+    conf = submitted[0]["conf"]
+    assert (conf["spark.executor.instances"], conf["spark.executor.cores"]) == ("2", "3")
+    assert conf["spark.sql.shuffle.partitions"] == "6" and "spark.master" not in conf
+
+
+def test_local_master_leaves_the_master_to_the_phase(job, submitted):
+    SnapshotBackfillOperator(task_id="snapshot", job=job).execute(context_with())
+    conf = submitted[0]["conf"]
+    assert "spark.master" not in conf and "spark.executor.instances" not in conf
+
+
+@pytest.mark.parametrize(("converged", "expected"), [(True, 8), (False, 7)])
+def test_catch_up_hands_the_sensor_its_handover_version(job, submitted, converged, expected):
+    from airflow_backfill.engine.job_state import update_state
+
+    update_state(job.target, catch_up_handover_version=8, catch_up_converged=converged)
+    context = context_with()
+    LogStoreCatchUpOperator(task_id="catch_up", job=job).execute(context)
+    # watermark 7 (the fake commit); a stalled catch-up hands over at its watermark
+    assert context["ti"].pushed["handover_version"] == expected
