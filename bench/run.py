@@ -80,15 +80,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def plan_children(sections: tuple[str, ...], quick: bool, backfill_parallelism: int) -> list[ChildRun]:
     """The processes to run, in order.
 
-    Full runs give every section its own process, so each peak memory is its own. Quick
-    runs group sections by parallelism to pay the JVM start twice only; scaling at the
-    backfill parallelism then reuses the overhead section's engine runs (the same
-    snapshot, at the same parallelism, in a session of that parallelism).
+    Scaling at the backfill parallelism reuses the overhead section's engine runs when
+    that section runs (the same snapshot, at the same parallelism, in a session of that
+    parallelism), so only parallelism 1 needs its own process. Full runs give every
+    section its own process, so each peak memory is its own; quick runs group sections
+    by parallelism to pay the JVM start only twice.
     """
     spark_sections = [s for s in sections if s != "orchestration"]
+    scaling_parallelisms = [1] if "snapshot_overhead" in spark_sections else [1, backfill_parallelism]
     if quick:
         backfill = tuple(s for s in spark_sections if s in ("snapshot_overhead", "catch_up"))
-        if "scaling" in spark_sections and "snapshot_overhead" not in spark_sections:
+        if "scaling" in spark_sections and backfill_parallelism in scaling_parallelisms:
             backfill = ("scaling", *backfill)
         steady = tuple(s for s in spark_sections if s in ("scaling", "freshness"))
         children = [ChildRun(backfill_parallelism, backfill), ChildRun(1, steady)]
@@ -96,7 +98,7 @@ def plan_children(sections: tuple[str, ...], quick: bool, backfill_parallelism: 
     children = []
     for section in spark_sections:
         if section == "scaling":
-            children += [ChildRun(1, ("scaling",)), ChildRun(backfill_parallelism, ("scaling",))]
+            children += [ChildRun(parallelism, ("scaling",)) for parallelism in scaling_parallelisms]
         elif section == "freshness":
             children.append(ChildRun(1, (section,)))
         else:

@@ -63,8 +63,10 @@ def test_quick_plan_groups_by_parallelism_and_full_plan_isolates_sections() -> N
     ]
     full = plan_children(sections, quick=False, backfill_parallelism=2)
     assert [(c.parallelism, c.sections) for c in full] == [
-        (2, ("snapshot_overhead",)), (1, ("scaling",)), (2, ("scaling",)), (2, ("catch_up",)), (1, ("freshness",)),
+        (2, ("snapshot_overhead",)), (1, ("scaling",)), (2, ("catch_up",)), (1, ("freshness",)),
     ]
+    alone = plan_children(("scaling",), quick=False, backfill_parallelism=2)
+    assert [(c.parallelism, c.sections) for c in alone] == [(1, ("scaling",)), (2, ("scaling",))]
 
 
 def test_combine_reuses_the_overhead_runs_for_scaling_in_quick_mode() -> None:
