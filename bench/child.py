@@ -19,7 +19,7 @@ from bench.sections import SECTIONS, SectionSettings
 from bench.workload import Workspace
 
 
-def settings_from(config: dict[str, Any]) -> SectionSettings:
+def settings_from(config: dict[str, Any], memory: MemorySampler) -> SectionSettings:
     return SectionSettings(
         workspace=Workspace(config["work_dir"]),
         parallelism=int(config["parallelism"]),
@@ -28,6 +28,7 @@ def settings_from(config: dict[str, Any]) -> SectionSettings:
         freshness_epochs=int(config["freshness_epochs"]),
         epoch_interval=float(config["epoch_interval"]),
         poll_interval=float(config["poll_interval"]),
+        memory=memory,
     )
 
 
@@ -35,9 +36,9 @@ def run(config: dict[str, Any]) -> dict[str, Any]:
     """Run the configured sections; a failing section is reported, the others still run."""
     from airflow_backfill.engine.spark_session import build_spark_session
 
-    settings = settings_from(config)
     results: dict[str, Any] = {}
     with MemorySampler() as memory:
+        settings = settings_from(config, memory)
         with stopwatch() as start_up:
             spark = build_spark_session(f"bench-p{settings.parallelism}", settings.parallelism)
             spark.range(1).count()  # the first job pays for class loading: not a section's cost

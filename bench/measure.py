@@ -32,7 +32,12 @@ def percentile(values: Sequence[float], share: float) -> float:
 
 
 class MemorySampler:
-    """Peak resident memory of a process and all its descendants (the JVM included)."""
+    """Peak resident memory of a process and all its descendants (the JVM included).
+
+    Two peaks are kept: one since `reset()` (a section) and one since the innermost
+    `window()` (one measured call inside the section, such as a catch-up run without
+    the upstream writes that prepared it).
+    """
 
     def __init__(self, pid: int | None = None, interval: float = 0.1) -> None:
         self._pid = pid or os.getpid()
@@ -40,8 +45,8 @@ class MemorySampler:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._peak_total = 0
-        self._peak_jvm = 0
+        self._section = [0, 0, 0]  # [whole tree, largest JVM, the root process] in bytes
+        self._window = [0, 0, 0]
         self.available = _psutil() is not None
 
     def __enter__(self) -> MemorySampler:
@@ -64,21 +69,41 @@ class MemorySampler:
         self.sample()
 
     def reset(self) -> None:
-        """Start a new peak (for the next section run by the same process)."""
+        """Start a new section peak (for the next section run by the same process)."""
         with self._lock:
-            self._peak_total = self._peak_jvm = 0
+            self._section = [0, 0, 0]
+            self._window = [0, 0, 0]
         self.sample()
 
+    @contextmanager
+    def window(self) -> Iterator[dict[str, float | None]]:
+        """`with sampler.window() as peak:` fills `peak` with the block's peaks on exit."""
+        with self._lock:
+            self._window = [0, 0, 0]
+        self.sample()
+        peaks: dict[str, float | None] = {}
+        try:
+            yield peaks
+        finally:
+            self.sample()
+            with self._lock:
+                peaks.update(self._as_mib(self._window))
+
     def peaks_mib(self) -> dict[str, float | None]:
-        """Peak RSS of the whole tree and of the largest JVM in it, in MiB."""
-        if not self.available:
-            return {"peak_rss_mib": None, "peak_jvm_rss_mib": None}
+        """Peak RSS since `reset()`, in MiB: the whole tree, its largest JVM, the root process.
+
+        The tree's figure sums RSS, so pages shared by forked processes (PySpark's Python
+        workers) count more than once: it is an upper bound.
+        """
         self.sample()
         with self._lock:
-            return {
-                "peak_rss_mib": round(self._peak_total / MIB, 1),
-                "peak_jvm_rss_mib": round(self._peak_jvm / MIB, 1),
-            }
+            return self._as_mib(self._section)
+
+    def _as_mib(self, peaks: list[int]) -> dict[str, float | None]:
+        names = ("peak_rss_mib", "peak_jvm_rss_mib", "peak_root_rss_mib")
+        if not self.available:
+            return dict.fromkeys(names)
+        return {name: round(peak / MIB, 1) for name, peak in zip(names, peaks, strict=True)}
 
     def sample(self) -> None:
         psutil = _psutil()
@@ -89,7 +114,7 @@ class MemorySampler:
             processes = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
-        total = jvm = 0
+        total = jvm = root_rss = 0
         for process in processes:
             try:
                 rss = process.memory_info().rss
@@ -97,11 +122,15 @@ class MemorySampler:
             except psutil.Error:
                 continue
             total += rss
+            if process.pid == self._pid:
+                root_rss = rss
             if name == "java":
                 jvm = max(jvm, rss)
         with self._lock:
-            self._peak_total = max(self._peak_total, total)
-            self._peak_jvm = max(self._peak_jvm, jvm)
+            for peaks in (self._section, self._window):
+                peaks[0] = max(peaks[0], total)
+                peaks[1] = max(peaks[1], jvm)
+                peaks[2] = max(peaks[2], root_rss)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):

@@ -74,6 +74,11 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ))
     else:
         table.append(("5. orchestration overhead", _short(orchestration.get("status")), "", ""))
+    for kind in ("stateless", "aggregate"):
+        case = overhead.get(kind, {})
+        if case.get("engine_peak_rss_mib") is not None:
+            table.append((f"6. peak memory, {kind} snapshot: engine vs plain",
+                          f"{case['engine_peak_rss_mib']:.0f} MiB vs {case['plain_peak_rss_mib']:.0f} MiB", "", ""))
     for section, memory in result.get("memory", {}).items():
         table.append((f"6. peak memory, {section}", _memory(memory), "", ""))
     return table
@@ -82,7 +87,9 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 def _memory(memory: dict[str, Any]) -> str:
     if memory.get("peak_rss_mib") is None:
         return "not measured (psutil missing)"
-    return f"{memory['peak_rss_mib']:.0f} MiB (JVM {memory['peak_jvm_rss_mib']:.0f} MiB)"
+    root = memory.get("peak_root_rss_mib")
+    driver = f", Python {root:.0f} MiB" if root is not None else ""
+    return f"{memory['peak_rss_mib']:.0f} MiB (JVM {memory['peak_jvm_rss_mib']:.0f} MiB{driver})"
 
 
 def _short(status: Any, limit: int = 90) -> str:

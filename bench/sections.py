@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench.measure import PhaseTimer, median, percentile, stopwatch
+from bench.measure import MemorySampler, PhaseTimer, median, percentile, stopwatch
 from bench.workload import (
     LOADED_EPOCH,
     QUERIES,
@@ -54,6 +54,8 @@ class SectionSettings:
     freshness_epochs: int
     epoch_interval: float
     poll_interval: float
+    memory: MemorySampler
+    """The child's sampler, for peaks of single measured calls inside a section."""
 
 
 def snapshot_once(spark: SparkSession, settings: SectionSettings, kind: str, timer: PhaseTimer) -> dict[str, Any]:
@@ -63,20 +65,20 @@ def snapshot_once(spark: SparkSession, settings: SectionSettings, kind: str, tim
     target = settings.workspace.scratch(f"snapshot-{kind}-p{settings.parallelism}")
     job = lineitem_job(settings.workspace, f"bench_snapshot_{kind}", target, QUERIES[kind],
                        backfill_parallelism=settings.parallelism)
-    with timer.wrapping(snapshot, SNAPSHOT_STEPS), stopwatch() as elapsed:
+    with settings.memory.window() as peak, timer.wrapping(snapshot, SNAPSHOT_STEPS), stopwatch() as elapsed:
         result = snapshot.run_snapshot(spark, job, epoch=LOADED_EPOCH, parallelism=settings.parallelism)
     seconds = elapsed()
     shutil.rmtree(target, ignore_errors=True)
-    return {"seconds": round(seconds, 3), "rows": result.rows, "steps_s": timer.take()}
+    return {"seconds": round(seconds, 3), "rows": result.rows, "steps_s": timer.take(), "memory": peak}
 
 
 def plain_once(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
     out_dir = settings.workspace.scratch(f"plain-{kind}-p{settings.parallelism}")
-    with stopwatch() as elapsed:
+    with settings.memory.window() as peak, stopwatch() as elapsed:
         plain_spark_job(spark, files, QUERIES[kind], out_dir)
     seconds = elapsed()
     shutil.rmtree(out_dir, ignore_errors=True)
-    return {"seconds": round(seconds, 3)}
+    return {"seconds": round(seconds, 3), "memory": peak}
 
 
 def snapshot_overhead(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
@@ -126,7 +128,14 @@ def _compare(spark: SparkSession, settings: SectionSettings, kind: str, files: l
         "plain_median_s": round(median(plain_s), 3),
         "ratio": round(median(engine_s) / median(plain_s), 3),
         "engine_steps_median_s": steps,
+        "engine_peak_rss_mib": _max_peak(engine),
+        "plain_peak_rss_mib": _max_peak(plain),
     }
+
+
+def _max_peak(runs: list[dict[str, Any]]) -> float | None:
+    peaks = [run["memory"].get("peak_rss_mib") for run in runs]
+    return max((p for p in peaks if p is not None), default=None)
 
 
 def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
@@ -137,7 +146,8 @@ def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
     runs = [snapshot_once(spark, settings, "stateless", timer) for _ in range(settings.repeats)]
     seconds = [run["seconds"] for run in runs]
     return {"parallelism": settings.parallelism, "snapshot_s": seconds,
-            "snapshot_median_s": round(median(seconds), 3), "rows": runs[-1]["rows"]}
+            "snapshot_median_s": round(median(seconds), 3), "rows": runs[-1]["rows"],
+            "snapshot_peak_rss_mib": _max_peak(runs)}
 
 
 @contextmanager
@@ -189,7 +199,7 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
         with stopwatch() as upstream_elapsed:
             updated, version = tpch.update_lineitems(workspace.tables, settings.seed, share)
         timer = PhaseTimer()
-        with timing_apply(timer), stopwatch() as catch_up_elapsed:
+        with settings.memory.window() as catch_up_peak, timing_apply(timer), stopwatch() as catch_up_elapsed:
             caught_up = run_catch_up(spark, job, parallelism=settings.parallelism)
         steps = apply_breakdown(timer.take(), len(caught_up.rounds))
         recompute_target = workspace.scratch(f"recompute-{share}")
@@ -204,6 +214,7 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
             "catch_up_s": round(catch_up_elapsed(), 3),
             "catch_up_rounds": len(caught_up.rounds),
             "round_steps_s": steps,
+            "catch_up_peak_rss_mib": catch_up_peak.get("peak_rss_mib"),
             "change_rows": sum(r.change_rows for r in caught_up.rounds),
             "recompute_s": round(recompute_elapsed(), 3),
             "ratio": round(catch_up_elapsed() / recompute_elapsed(), 3),

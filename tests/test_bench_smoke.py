@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import report  # noqa: E402
-from bench.measure import PhaseTimer, median, percentile  # noqa: E402
+from bench.measure import MemorySampler, PhaseTimer, median, percentile  # noqa: E402
 from bench.run import ChildRun, combine, plan_children  # noqa: E402
 from bench.workload import freshness_latencies  # noqa: E402
 
@@ -53,6 +53,19 @@ def test_phase_timer_wraps_and_restores_module_functions() -> None:
     assert module.step is original
     assert set(timer.take()) == {"step"}
     assert timer.take() == {}
+
+
+def test_memory_sampler_keeps_a_section_peak_and_window_peaks() -> None:
+    sampler = MemorySampler(interval=0.01)
+    with sampler:
+        with sampler.window() as peak:
+            ballast = bytearray(64 * 1024 * 1024)
+            ballast[::4096] = b"x" * len(ballast[::4096])  # touch the pages so they are resident
+            sampler.sample()
+            del ballast
+        section = sampler.peaks_mib()
+    assert peak["peak_rss_mib"] is not None and peak["peak_rss_mib"] >= 64
+    assert section["peak_rss_mib"] is not None and section["peak_rss_mib"] >= peak["peak_rss_mib"]
 
 
 def test_quick_plan_groups_by_parallelism_and_full_plan_isolates_sections() -> None:
