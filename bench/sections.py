@@ -84,7 +84,6 @@ def plain_once(spark: SparkSession, settings: SectionSettings, kind: str, files:
 def snapshot_overhead(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
     """Engine snapshot vs the plain Spark job, alternating, for each MV kind the engine takes."""
     files = upstream_files(settings.workspace.tables.lineitem, LOADED_EPOCH)
-    warm_up(spark, settings, files)
     result: dict[str, Any] = {"parallelism": settings.parallelism, "repeats": settings.repeats,
                               "upstream_files": len(files)}
     for kind in QUERIES:
@@ -96,13 +95,11 @@ def snapshot_overhead(spark: SparkSession, settings: SectionSettings) -> dict[st
     return result
 
 
-def warm_up(spark: SparkSession, settings: SectionSettings, files: list[str]) -> None:
-    """One unmeasured run of each side: the first run in a JVM pays class loading and JIT."""
-    snapshot_once(spark, settings, "stateless", PhaseTimer())
-    plain_once(spark, settings, "stateless", files)
-
-
 def _compare(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
+    # One unmeasured run of each side first: the first run of a code path in a JVM pays
+    # for class loading and code generation.
+    snapshot_once(spark, settings, kind, PhaseTimer())
+    plain_once(spark, settings, kind, files)
     timer = PhaseTimer()
     engine: list[dict[str, Any]] = []
     plain: list[dict[str, Any]] = []
