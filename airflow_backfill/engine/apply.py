@@ -1,8 +1,10 @@
 """Apply a range of upstream epochs to the MV in one commit (catch-up and forward).
 
-The range is read from the log store, netted per upstream key, mapped through the MV
-query by Spark, and merged into the MV by delta-rs together with the new watermark.
-Re-running an already committed range is a no-op: the watermark tells.
+The range is read from the log store. For a stateless query it is netted per upstream
+key, mapped through the MV query by Spark, and merged into the MV by delta-rs together
+with the new watermark. An aggregate folds it into its per-group state first
+(`aggregate_apply`). Re-running an already committed range is a no-op: the watermark
+tells.
 """
 
 from __future__ import annotations
@@ -12,18 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-from deltalake import DeltaTable
-
-from airflow_backfill.engine.changes import COMMIT_TIMESTAMP, PRESENT, mv_changes, net_changes
-from airflow_backfill.engine.delta_log import arrow_schema, read_watermark
+from airflow_backfill.engine.aggregate_apply import apply_aggregate_changes, recover_state_ahead
+from airflow_backfill.engine.changes import COMMIT_TIMESTAMP, mv_changes, net_changes
+from airflow_backfill.engine.delta_log import read_watermark
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.log_store import check_schema_unchanged, read_change_feed
-from airflow_backfill.engine.mv_commit import CommitInfo, merge_changes
+from airflow_backfill.engine.mv_commit import CommitInfo, conform_changes, merge_changes
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from airflow_backfill.engine.query import QueryPlan
     from airflow_backfill.job import BackfillJob
@@ -68,22 +68,25 @@ def apply_epochs(
 ) -> AppliedRange | None:
     """Bring the MV from its watermark to `end_version`; None when already there."""
     started = time.monotonic()
-    watermark = current_watermark(job)
+    start = watermark = current_watermark(job)
+    if plan.aggregate is not None:
+        watermark = recover_state_ahead(spark, job, plan, watermark, phase=phase, parallelism=parallelism)
     if watermark >= end_version:
         log.info("MV already at watermark %s >= %s: nothing to apply", watermark, end_version)
+        if watermark > start:
+            return AppliedRange(start, watermark, 0, 0, time.monotonic() - started)
         return None
     check_schema_unchanged(job.source, watermark, end_version)
     feed = read_change_feed(job.source, watermark, end_version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
     changes = spark.createDataFrame(feed.drop_columns([COMMIT_TIMESTAMP]))
-    keyed = mv_changes(spark, net_changes(changes, plan.upstream_key), plan)
-    arrow_changes = _conform(keyed.toArrow(), DeltaTable(job.target))
-    info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=arrow_changes.num_rows)
-    maybe_crash(phase, "after_write")
-    merge_changes(job, arrow_changes, plan.mv_key, info)
-    maybe_crash(phase, "after_commit")
-    applied = AppliedRange(watermark, end_version, feed.num_rows, arrow_changes.num_rows,
-                           time.monotonic() - started)
+    if plan.aggregate is not None:
+        mv_rows_changed = apply_aggregate_changes(
+            spark, job, plan, changes, end_version, phase=phase, parallelism=parallelism
+        )
+    else:
+        mv_rows_changed = _apply_stateless(spark, job, plan, changes, end_version, phase, parallelism)
+    applied = AppliedRange(start, end_version, feed.num_rows, mv_rows_changed, time.monotonic() - started)
     log.info(
         "%s: applied epochs %s..%s (%s change rows, %s MV keys) in %.2fs",
         phase, watermark + 1, end_version, applied.change_rows, applied.mv_rows_changed, applied.seconds,
@@ -91,9 +94,15 @@ def apply_epochs(
     return applied
 
 
-def _conform(changes: pa.Table, mv: DeltaTable) -> pa.Table:
-    """Cast Spark's Arrow output to the MV's exact types so the merge never widens them."""
-    target = arrow_schema(mv)
-    fields = [target.field(name) for name in target.names] + [pa.field(PRESENT, pa.bool_())]
-    schema = pa.schema([f.with_nullable(True) for f in fields])
-    return changes.select(schema.names).cast(schema)
+def _apply_stateless(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, changes: DataFrame, end_version: int,
+    phase: str, parallelism: int,
+) -> int:
+    """Net the changes per upstream key, map them through the query, merge them by MV key."""
+    keyed = mv_changes(spark, net_changes(changes, plan.upstream_key), plan)
+    arrow_changes = conform_changes(keyed.toArrow(), job.target)
+    info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=arrow_changes.num_rows)
+    maybe_crash(phase, "after_write")
+    merge_changes(job, arrow_changes, plan.mv_key, info)
+    maybe_crash(phase, "after_commit")
+    return arrow_changes.num_rows

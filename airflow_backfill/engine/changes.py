@@ -51,6 +51,26 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...]) -> DataFrame:
     )
 
 
+SIGN = "__sign"
+_SIGN_OF = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
+
+
+def signed_changes(changes: DataFrame) -> DataFrame:
+    """Every change row as an upstream row with `__sign`: +1 when it arrives, -1 when it leaves.
+
+    Inserts and post-images add their row, deletes and pre-images remove theirs. Summed
+    per group this is exactly what a range of epochs does to an aggregate, with no
+    netting per key (a key rewritten in one commit removes and re-adds its row).
+    """
+    from pyspark.sql import functions as F
+
+    sign = F.lit(None).cast("int")
+    for change_type, value in _SIGN_OF.items():
+        sign = F.when(F.col(CHANGE_TYPE) == change_type, F.lit(value)).otherwise(sign)
+    upstream_columns = [c for c in changes.columns if c not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
+    return changes.select(*upstream_columns, sign.alias(SIGN)).filter(F.col(SIGN).isNotNull())
+
+
 def apply_query(spark: SparkSession, rows: DataFrame, query: str) -> DataFrame:
     """The MV query evaluated over `rows` bound as the table `source`."""
     rows.createOrReplaceTempView(SOURCE_TABLE)

@@ -20,13 +20,16 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX, arrow_schema
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
+
+PRESENT = "__present"
+"""Column of keyed changes: true for a key's new row, null when the key leaves the table."""
 
 
 @dataclass(frozen=True)
@@ -80,18 +83,30 @@ def add_actions_for(table_root: str, data_dir: str) -> tuple[list[AddAction], in
     return actions, total_rows
 
 
+def create_table(
+    uri: str, schema: pa.Schema, actions: list[AddAction], properties: CommitProperties, *,
+    name: str, description: str, configuration: dict[str, str | None] | None = None,
+) -> None:
+    """Create a Delta table from already written files in one commit (fails if it exists)."""
+    create_table_with_add_actions(
+        uri,
+        Schema.from_arrow(schema),
+        actions,
+        mode="error",
+        name=name,
+        description=description,
+        configuration=configuration,
+        commit_properties=properties,
+    )
+
+
 def create_mv(job: BackfillJob, schema: pa.Schema, actions: list[AddAction], info: CommitInfo) -> None:
     """Create the MV table from Spark-written files in one commit (fails if it exists)."""
     try:
-        create_table_with_add_actions(
-            job.target,
-            Schema.from_arrow(schema),
-            actions,
-            mode="error",
-            name=job.name,
+        create_table(
+            job.target, schema, actions, info.properties(job), name=job.name,
             description=f"Materialized view maintained by airflow_backfill job {job.name}",
             configuration={CDF_PROPERTY: "true"},
-            commit_properties=info.properties(job),
         )
     except Exception as error:
         if "exists" in str(error).lower():
@@ -103,40 +118,64 @@ def create_mv(job: BackfillJob, schema: pa.Schema, actions: list[AddAction], inf
     log.info("created MV %s at epoch %s with %s rows", job.target, info.epoch, info.rows)
 
 
-def merge_changes(job: BackfillJob, changes: pa.Table, mv_key: tuple[str, ...], info: CommitInfo) -> dict:
+def conform_changes(changes: pa.Table, table_uri: str) -> pa.Table:
+    """Cast keyed changes to the table's exact types (plus `__present`) so a merge never widens them."""
+    target = arrow_schema(DeltaTable(table_uri))
+    fields = [target.field(name) for name in target.names] + [pa.field(PRESENT, pa.bool_())]
+    schema = pa.schema([f.with_nullable(True) for f in fields])
+    return changes.select(schema.names).cast(schema)
+
+
+def merge_changes(
+    job: BackfillJob, changes: pa.Table, mv_key: tuple[str, ...], info: CommitInfo, *,
+    null_safe_keys: bool = False, deletes_known: bool = False,
+) -> dict:
     """Apply keyed upserts and deletes to the MV and move its watermark, in one commit.
 
     `changes` has the MV's columns plus `__present`: true for the new row of a key, null
     when the key left the MV (upstream delete, or its new image fails the WHERE).
+    `null_safe_keys`: keys may be NULL and NULL matches NULL (aggregate groups).
+    `deletes_known`: the caller guarantees every delete names a key the MV has, so the
+    MV is not read to filter them.
     """
     table = DeltaTable(job.target)
-    changes = _drop_deletes_of_unknown_keys(table, changes, mv_key)
-    mv_columns = [name for name in changes.column_names if name != "__present"]
-    predicate = " AND ".join(f"t.{_quote(column)} = s.{_quote(column)}" for column in mv_key)
-    values = {column: f"s.{_quote(column)}" for column in mv_columns}
+    if not deletes_known:
+        changes = _drop_deletes_of_unknown_keys(table, changes, mv_key)
     started = time.monotonic()
-    metrics: dict = {}
-    if changes.num_rows:
-        metrics = (
-            table.merge(
-                changes,
-                predicate=predicate,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=info.properties(job),
-            )
-            .when_matched_delete(predicate="s.__present IS NULL")
-            .when_matched_update(updates=values, predicate="s.__present IS NOT NULL")
-            .when_not_matched_insert(updates=values, predicate="s.__present IS NOT NULL")
-            .execute()
-        )
-    if not metrics.get("num_target_files_added") and not metrics.get("num_target_files_removed"):
-        # Nothing to rewrite (or no changes at all): still move the watermark.
-        commit_watermark_only(job, info)
+    metrics = merge_keyed(job.target, changes, list(mv_key), info.properties(job), null_safe_keys=null_safe_keys)
     log.info(
         "merged %s changed keys into %s at epoch %s in %.2fs (%s)",
         changes.num_rows, job.target, info.epoch, time.monotonic() - started, metrics or "no data change",
     )
+    return metrics
+
+
+def merge_keyed(
+    uri: str, changes: pa.Table, key: list[str], properties: CommitProperties, *, null_safe_keys: bool
+) -> dict:
+    """Upsert rows with `__present` true and delete matched rows with `__present` null, in one
+    commit carrying `properties`; an empty commit with them when nothing changes."""
+    equal = "IS NOT DISTINCT FROM" if null_safe_keys else "="
+    predicate = " AND ".join(f"(t.{_quote(column)} {equal} s.{_quote(column)})" for column in key)
+    values = {column: f"s.{_quote(column)}" for column in changes.column_names if column != PRESENT}
+    metrics: dict = {}
+    if changes.num_rows:
+        metrics = (
+            DeltaTable(uri).merge(
+                changes,
+                predicate=predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=properties,
+            )
+            .when_matched_delete(predicate=f"s.{PRESENT} IS NULL")
+            .when_matched_update(updates=values, predicate=f"s.{PRESENT} IS NOT NULL")
+            .when_not_matched_insert(updates=values, predicate=f"s.{PRESENT} IS NOT NULL")
+            .execute()
+        )
+    if not metrics.get("num_target_files_added") and not metrics.get("num_target_files_removed"):
+        # Nothing to rewrite (or no changes at all): still move the watermark.
+        _commit_empty(uri, properties)
     return metrics
 
 
@@ -148,7 +187,7 @@ def _drop_deletes_of_unknown_keys(table: DeltaTable, changes: pa.Table, mv_key: 
     was inserted and deleted between two watermarks, or never passed the WHERE) must
     not reach it. Only the MV's key columns of the touched keys are read.
     """
-    absent_mask = pc.is_null(changes["__present"])
+    absent_mask = pc.is_null(changes[PRESENT])
     absent = changes.filter(absent_mask)
     if not absent.num_rows:
         return changes
@@ -162,10 +201,12 @@ def _drop_deletes_of_unknown_keys(table: DeltaTable, changes: pa.Table, mv_key: 
 
 def commit_watermark_only(job: BackfillJob, info: CommitInfo) -> None:
     """An empty commit that only records the new watermark (the epochs changed nothing here)."""
-    table = DeltaTable(job.target)
-    table.create_write_transaction(
-        [], mode="append", schema=table.schema(), commit_properties=info.properties(job)
-    )
+    _commit_empty(job.target, info.properties(job))
+
+
+def _commit_empty(uri: str, properties: CommitProperties) -> None:
+    table = DeltaTable(uri)
+    table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=properties)
 
 
 def _quote(column: str) -> str:

@@ -1,10 +1,15 @@
 """Classify the MV query with sqlglot and derive what incremental maintenance needs.
 
 The engine maintains a query incrementally only when it can prove how a change to one
-upstream row changes the MV. For a *stateless* query (projections, deterministic
-expressions, WHERE) one upstream row maps to at most one MV row, keyed by the upstream
-primary key the query selects unchanged. Anything else is refused here, by name, before
-any Spark work starts.
+upstream row changes the MV. Two kinds qualify:
+
+- *stateless* (projections, deterministic expressions, WHERE): one upstream row maps to
+  at most one MV row, keyed by the upstream primary key the query selects unchanged;
+- *aggregate* (GROUP BY with COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT), optional WHERE
+  and HAVING): one MV row per group, keyed by the GROUP BY keys; see
+  `aggregate_query` and docs/aggregates.md.
+
+Anything else is refused here, by name, before any Spark work starts.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
+from airflow_backfill.engine.aggregate_query import AggregateQuery, analyse_aggregate, is_aggregate
 from airflow_backfill.exceptions import UnsupportedQueryError
 
 SOURCE_TABLE = "source"
@@ -45,19 +51,30 @@ class QueryPlan:
 
     query: str
     kind: str
-    """'stateless': one MV row per upstream row at most."""
+    """'stateless': one MV row per upstream row at most; 'aggregate': one MV row per group."""
     upstream_key: tuple[str, ...]
     """The upstream primary-key columns, as declared by the job."""
     mv_key: tuple[str, ...]
-    """The MV's primary-key columns (the output names of `upstream_key`), same order."""
+    """The MV's primary-key columns: the output names of `upstream_key` (stateless) or of
+    the GROUP BY keys (aggregate), same order."""
+    aggregate: AggregateQuery | None = None
+    """The grouped aggregate's parts; set exactly when kind is 'aggregate'."""
+
+
+STATELESS = "stateless"
+AGGREGATE = "aggregate"
 
 
 def plan_query(query: str, primary_key: tuple[str, ...]) -> QueryPlan:
     """Parse, classify and key the MV query; raise UnsupportedQueryError naming the construct."""
     select = _parse_single_select(query)
     _refuse_unsupported_constructs(select)
+    if is_aggregate(select):
+        aggregate = analyse_aggregate(select)
+        return QueryPlan(query=query, kind=AGGREGATE, upstream_key=tuple(primary_key),
+                         mv_key=aggregate.key_outputs, aggregate=aggregate)
     mv_key = _mv_key(select, primary_key)
-    return QueryPlan(query=query, kind="stateless", upstream_key=tuple(primary_key), mv_key=mv_key)
+    return QueryPlan(query=query, kind=STATELESS, upstream_key=tuple(primary_key), mv_key=mv_key)
 
 
 def _parse_single_select(query: str) -> exp.Select:
@@ -86,9 +103,7 @@ def _refuse_unsupported_constructs(select: exp.Select) -> None:
         (select.args.get("with_") is not None or select.args.get("with") is not None,
          "WITH (common table expressions)"),
         (bool(select.args.get("joins")), "JOIN"),
-        (select.args.get("group") is not None, "GROUP BY (aggregates)"),
-        (select.args.get("having") is not None, "HAVING"),
-        (select.args.get("distinct") is not None, "DISTINCT"),
+        (select.args.get("distinct") is not None, "DISTINCT (use GROUP BY over the selected columns)"),
         (select.args.get("limit") is not None, "LIMIT"),
         (select.args.get("offset") is not None, "OFFSET"),
         (select.args.get("order") is not None, "ORDER BY (an MV is an unordered table)"),
@@ -99,18 +114,21 @@ def _refuse_unsupported_constructs(select: exp.Select) -> None:
         if refused:
             raise UnsupportedQueryError(
                 f"{construct} is not supported in this version: only stateless queries "
-                "(projections, deterministic expressions, WHERE) can be maintained incrementally."
+                "(projections, deterministic expressions, WHERE) and grouped aggregates (GROUP BY with "
+                "COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT), HAVING) can be maintained incrementally."
             )
     _refuse_sources(select)
+    where = select.args.get("where")
+    for node in where.walk() if where is not None else ():
+        if isinstance(node, exp.AggFunc):
+            raise UnsupportedQueryError(
+                f"aggregate function {node.sql(dialect='spark')} in WHERE is not allowed; "
+                "filter groups with HAVING instead."
+            )
     for node in select.walk():
         if isinstance(node, exp.Window):
             raise UnsupportedQueryError(
                 "window functions (OVER ...) are not supported: they cannot be maintained incrementally."
-            )
-        if isinstance(node, exp.AggFunc):
-            raise UnsupportedQueryError(
-                f"aggregate function {node.sql(dialect='spark')} is not supported in a stateless "
-                "query; aggregates need GROUP BY maintenance, which this version does not offer."
             )
         if isinstance(node, exp.Subquery | exp.Exists) or (
             node is not select and isinstance(node, exp.Select)

@@ -3,8 +3,9 @@
 Spark reads the upstream's Parquet files as listed by the Delta log at epoch `E` (never
 the live directory, which keeps changing), chunk by chunk. Each chunk's output is
 written and recorded as done before the next starts, so a crash costs at most the chunk
-in flight. When every chunk is done, delta-rs creates the MV in a single commit whose
-watermark is `E`: until then the MV does not exist for readers, and files of crashed
+in flight. For an aggregate a chunk's output is the partial per-group state of its files,
+combined at commit (`aggregate_snapshot`). When every chunk is done, delta-rs creates
+the MV in a single commit whose watermark is `E`: until then the MV does not exist for readers, and files of crashed
 attempts are never referenced and are removed on the next run. The upstream is only
 read, so it keeps committing meanwhile.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.aggregate_snapshot import chunk_query, commit_aggregate_snapshot
 from airflow_backfill.engine.changes import apply_query
 from airflow_backfill.engine.control import effective_settings
 from airflow_backfill.engine.delta_log import UpstreamInfo, check_upstream, read_watermark
@@ -116,7 +118,7 @@ def _snapshot(
         chunks_run += 1
         _log_progress(progress, started)
         maybe_crash(PHASE, f"after_chunks={len(progress.done)}")
-    rows = _commit_snapshot(spark, job, plan, progress, output_schema)
+    rows = _commit_snapshot(spark, job, plan, progress, upstream, output_schema)
     seconds = time.monotonic() - started
     job_state.update_state(
         job.target, phase=PHASE, snapshot_epoch=upstream.version, snapshot_rows=rows,
@@ -168,7 +170,7 @@ def _run_chunk(
     settings = effective_settings(job, parallelism)
     started = time.monotonic()
     out_dir = os.path.join(epoch_dir(job.target, progress.epoch), f"chunk-{chunk.index:05d}-{run_id}")
-    rows = apply_query(spark, read_files(spark, upstream, chunk), plan.query)
+    rows = apply_query(spark, read_files(spark, upstream, chunk), chunk_query(plan))
     rows.coalesce(settings.backfill_parallelism).write.parquet(out_dir)
     _, rows_out = add_actions_for(job.target, out_dir)
     progress.done[chunk.index] = DoneChunk(
@@ -192,11 +194,19 @@ def _log_progress(progress: SnapshotProgress, started: float) -> None:
 
 
 def _commit_snapshot(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, schema: StructType
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, upstream: UpstreamInfo,
+    schema: StructType,
 ) -> int:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     done = [progress.done[index] for index in sorted(progress.done)]
+    parallelism = done[-1].parallelism if done else job.backfill_parallelism
+    extra = {"chunks": str(len(done)), "chunk_parallelism": ",".join(str(c.parallelism) for c in done)}
+    if plan.aggregate is not None:
+        info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=0, extra=extra)
+        rows = commit_aggregate_snapshot(spark, job, plan, progress, upstream, schema, info)
+        maybe_crash(PHASE, "after_commit")
+        return rows
     _refuse_duplicate_keys(spark, job, plan, done)
     actions, rows = [], 0
     for chunk in done:
@@ -204,10 +214,7 @@ def _commit_snapshot(
         actions.extend(chunk_actions)
         rows += chunk_rows
     maybe_crash(PHASE, "after_write")
-    parallelism = done[-1].parallelism if done else job.backfill_parallelism
-    info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=rows,
-                      extra={"chunks": str(len(done)),
-                             "chunk_parallelism": ",".join(str(c.parallelism) for c in done)})
+    info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=rows, extra=extra)
     create_mv(job, to_arrow_schema(schema, timezone="UTC"), actions, info)
     maybe_crash(PHASE, "after_commit")
     return rows

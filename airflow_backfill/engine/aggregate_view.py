@@ -1,0 +1,93 @@
+"""From an aggregate's state to the MV's rows, and from two sets of MV rows to MV changes.
+
+The MV of an aggregate is a pure function of its state (live groups passing HAVING,
+projected as the query says), so snapshot, rounds and crash recovery all produce MV
+rows the same way, here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine import aggregate_sql
+from airflow_backfill.engine.aggregate_query import AggregateQuery
+from airflow_backfill.engine.aggregate_sql import quote
+from airflow_backfill.engine.changes import PRESENT
+from airflow_backfill.exceptions import UnsupportedQueryError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+STATE_VIEW = "__airflow_backfill_state"
+
+
+def analyse(spark: SparkSession, upstream: StructType, sql: str) -> StructType:
+    """The schema Spark derives for `sql` over `source` with the upstream's schema (no data read)."""
+    from pyspark.errors import AnalysisException
+
+    spark.createDataFrame([], upstream).createOrReplaceTempView("source")
+    try:
+        return spark.sql(sql).schema
+    except AnalysisException as error:
+        raise UnsupportedQueryError(
+            f"Spark cannot analyse the aggregate over the upstream ({error}); check the argument "
+            "types of the aggregates (e.g. SUM of a string column) against the upstream's schema."
+        ) from None
+
+
+def value_types(spark: SparkSession, aggregate: AggregateQuery, upstream: StructType) -> list[str]:
+    """The Spark SQL type of each aggregate call's result, as Spark types it in the query."""
+    if not aggregate.calls:
+        return []
+    probe = analyse(spark, upstream, aggregate_sql.probe_sql(aggregate))
+    return [field.dataType.simpleString() for field in probe.fields]
+
+
+def cast_to(frame: DataFrame, schema: StructType, keep: tuple[str, ...] = ()) -> DataFrame:
+    """`frame`'s columns named by `schema`, cast to its types, then the `keep` columns as they are."""
+    from pyspark.sql import functions as F
+
+    cast = [F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields]
+    return frame.select(*cast, *keep)
+
+
+def visible_rows(
+    spark: SparkSession, aggregate: AggregateQuery, state: DataFrame, types: list[str], mv: StructType
+) -> DataFrame:
+    """The MV rows of the groups in `state`, with the MV's column names and types."""
+    state.createOrReplaceTempView(STATE_VIEW)
+    names = [field.name for field in mv.fields]
+    mv_types = [field.dataType.simpleString() for field in mv.fields]
+    return spark.sql(aggregate_sql.visible_sql(aggregate, STATE_VIEW, types, names, mv_types))
+
+
+def mv_changes(old_rows: DataFrame, new_rows: DataFrame, key: tuple[str, ...]) -> DataFrame:
+    """Keyed MV changes turning `old_rows` into `new_rows` (one full outer join on the key):
+    new or changed rows with `__present` true, keys only in `old_rows` with `__present` null.
+
+    Used where old and new rows come from different places (crash recovery: the MV as
+    committed vs the rows the state gives); a round derives its changes per group instead.
+    """
+    from pyspark.sql import functions as F
+
+    fields = new_rows.schema.fields
+    old = old_rows.withColumn("__in_old", F.lit(True)).alias("o")
+    new = new_rows.withColumn("__in_new", F.lit(True)).alias("n")
+
+    def side(alias: str, name: str) -> Column:
+        return F.col(f"{alias}.{quote(name)}")
+
+    joined = old.join(new, on=[side("o", k).eqNullSafe(side("n", k)) for k in key], how="full_outer")
+    in_old, in_new = side("o", "__in_old").isNotNull(), side("n", "__in_new").isNotNull()
+    same = F.lit(True)
+    for field in fields:
+        same = same & side("o", field.name).eqNullSafe(side("n", field.name))
+    upserts = joined.filter(in_new & ~(in_old & same)).select(
+        *(side("n", field.name).alias(field.name) for field in fields), F.lit(True).alias(PRESENT)
+    )
+    deletes = joined.filter(in_old & ~in_new).select(
+        *((side("o", f.name) if f.name in key else F.lit(None).cast(f.dataType)).alias(f.name) for f in fields),
+        F.lit(None).cast("boolean").alias(PRESENT),
+    )
+    return upserts.unionByName(deletes)

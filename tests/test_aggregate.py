@@ -1,0 +1,242 @@
+"""Aggregate MVs: NULL semantics, groups that come and go, HAVING, the cost model of a
+round, crashes between the state and MV commits, and chunked snapshots. Every MV commit
+is checked against the query recomputed by DuckDB at the commit's watermark."""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from aggregate_upstream import SCHEMA, Upstream, apply_epoch, create
+from deltalake import DeltaTable, write_deltalake
+
+from airflow_backfill.engine import aggregate_apply, aggregate_snapshot
+from airflow_backfill.engine.aggregate_state import state_uri
+from airflow_backfill.engine.catch_up import run_catch_up
+from airflow_backfill.engine.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.exceptions import UnsupportedQueryError
+from airflow_backfill.job import BackfillJob
+from oracle import assert_every_commit_matches, expected_rows, mv_rows
+
+pytestmark = pytest.mark.spark
+
+ALL = (
+    "SELECT g, COUNT(*) AS n, COUNT(x) AS cx, SUM(x) AS sx, AVG(x) AS ax, SUM(d) AS sd, AVG(d) AS ad, "
+    "MIN(x) AS mn, MAX(s) AS ms, COUNT(DISTINCT s) AS ds FROM source GROUP BY g"
+)
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL inside the test process."""
+
+
+def row(g=None, h=None, x=None, d=None, f=None, s=None) -> dict:
+    return {"g": g, "h": h, "x": x, "d": None if d is None else Decimal(d), "f": f, "s": s}
+
+
+def job_for(tables: dict[str, str], query: str) -> BackfillJob:
+    return BackfillJob(name="agg", query=query, primary_key=["id"], lag_threshold=0, poll_interval=0.05,
+                       backfill_parallelism=1, parallelism=1, **tables)
+
+
+def forward_one(spark, job: BackfillJob) -> None:
+    run_forward(spark, job, bounds=ForwardBounds(max_epochs=1, idle_timeout=5))
+
+
+def check(upstream: Upstream, job: BackfillJob, key: list[str]) -> pa.Table:
+    """Every MV commit against DuckDB; returns the query's rows at the latest watermark."""
+    assert_every_commit_matches(upstream.uri, job.target, job.query, job.app_id, key=key)
+    return expected_rows(upstream.uri, upstream.version(), job.query)
+
+
+def state_rows(job: BackfillJob) -> list[dict]:
+    return DeltaTable(state_uri(job.target)).to_pyarrow_table().to_pylist()
+
+
+def test_null_semantics_follow_spark_sql(spark, tables):
+    upstream = create(tables["source"], [
+        row(g="a", x=None, d=None, s=None), row(g="a", x=None, d="1.25", s="p"),
+        row(g=None, x=3, d="2.50", s="q"), row(g=None, x=None, d=None, s="q"), row(g="b", x=4, s="p"),
+    ])
+    job = job_for(tables, ALL)
+    run_snapshot(spark, job)
+    expected = check(upstream, job, ["g"])
+    by_group = {r["g"]: r for r in expected.to_pylist()}
+    assert by_group["a"]["sx"] is None and by_group["a"]["cx"] == 0  # the data covers SUM of only NULLs
+    assert None in by_group  # ... and a NULL group key
+    apply_epoch(upstream, [("update", 0, row(g="a", x=2, d=None, s="r")), ("update", 2, row(g=None, x=None))])
+    forward_one(spark, job)
+    apply_epoch(upstream, [("delete", 0, row()), ("insert", 0, row(g=None, x=None, d="0.10"))])
+    forward_one(spark, job)
+    check(upstream, job, ["g"])
+
+
+def test_a_group_leaves_when_its_last_row_does_and_comes_back(spark, tables):
+    query = "SELECT g, h, COUNT(*) AS n, SUM(x) AS sx FROM source GROUP BY g, h"
+    upstream = create(tables["source"], [row(g="a", h=1, x=1), row(g="a", h=1, x=2), row(g="b", h=None, x=5)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    apply_epoch(upstream, [("delete", 0, row()), ("update", 0, row(g="b", h=None, x=1))])  # moves the other
+    forward_one(spark, job)
+    assert "a" not in {r["g"] for r in mv_rows(job.target).to_pylist()}
+    assert "a" not in {r["__g0"] for r in state_rows(job)}, "an empty group kept its state"
+    apply_epoch(upstream, [("insert", 0, row(g="a", h=1, x=7))])
+    forward_one(spark, job)
+    assert ("a", 1) in {(r["g"], r["h"]) for r in mv_rows(job.target).to_pylist()}
+    check(upstream, job, ["g", "h"])
+
+
+def test_having_hides_groups_but_keeps_their_state(spark, tables):
+    query = "SELECT g, COUNT(*) AS n, SUM(x) AS sx FROM source GROUP BY g HAVING COUNT(*) > 1"
+    upstream = create(tables["source"], [row(g="a", x=1), row(g="b", x=2), row(g="b", x=3)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    assert {r["g"] for r in mv_rows(job.target).to_pylist()} == {"b"}
+    assert {r["__g0"] for r in state_rows(job)} == {"a", "b"}
+    apply_epoch(upstream, [("insert", 0, row(g="a", x=10)), ("delete", 1, row())])
+    run_catch_up(spark, job)
+    visible = {r["g"] for r in mv_rows(job.target).to_pylist()}
+    assert "a" in visible and "b" not in visible  # a passed HAVING, b stopped passing it
+    check(upstream, job, ["g"])
+
+
+def record_upstream_reads(monkeypatch, job: BackfillJob) -> list[int | None]:
+    """The versions at which a round reads the upstream's files (the state's reads are not counted)."""
+    reads: list[int | None] = []
+    real = aggregate_apply.read_delta
+
+    def recording(spark, uri, version=None):
+        if uri == job.source:
+            reads.append(version)
+        return real(spark, uri, version)
+
+    monkeypatch.setattr(aggregate_apply, "read_delta", recording)
+    return reads
+
+
+def test_algebraic_rounds_never_read_the_upstream_files(spark, tables, monkeypatch):
+    query = "SELECT g, COUNT(*) AS n, COUNT(x) AS cx, SUM(d) AS sd, AVG(x) AS ax FROM source GROUP BY g"
+    upstream = create(tables["source"], [row(g="a", x=1, d="1.00"), row(g="b", x=2)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    reads = record_upstream_reads(monkeypatch, job)
+    apply_epoch(upstream, [("delete", 0, row()), ("update", 0, row(g="a", x=None, d="3.00"))])
+    apply_epoch(upstream, [("insert", 0, row(g="c", x=4))])
+    run_catch_up(spark, job)
+    assert reads == []
+    check(upstream, job, ["g"])
+
+
+def test_min_max_read_the_upstream_only_when_an_extreme_may_have_left(spark, tables, monkeypatch):
+    query = "SELECT g, MIN(x) AS mn, MAX(x) AS mx, COUNT(*) AS n FROM source GROUP BY g"
+    upstream = create(tables["source"], [row(g="a", x=1), row(g="a", x=5), row(g="a", x=3), row(g="b", x=2)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    reads = record_upstream_reads(monkeypatch, job)
+    apply_epoch(upstream, [("insert", 0, row(g="a", x=9)), ("insert", 0, row(g="b", x=0))])
+    forward_one(spark, job)
+    apply_epoch(upstream, [("delete", 2, row())])  # x=3: neither the MIN nor the MAX of a
+    forward_one(spark, job)
+    assert reads == [], "inserts and removals of non-extreme values must not read the upstream"
+    apply_epoch(upstream, [("delete", 0, row())])  # x=1: the MIN of a
+    forward_one(spark, job)
+    assert reads == [upstream.version()]
+    check(upstream, job, ["g"])
+
+
+def crash_at(monkeypatch, module, point: str) -> None:
+    def fake_crash(phase: str, at: str) -> None:
+        if at == point:
+            raise Killed(f"{phase}:{at}")
+
+    monkeypatch.setattr(module, "maybe_crash", fake_crash)
+
+
+def watermarks(job: BackfillJob) -> tuple[int | None, int | None]:
+    mv = DeltaTable(job.target).transaction_version(job.app_id)
+    state = DeltaTable(state_uri(job.target)).transaction_version(job.app_id)
+    return mv, state
+
+
+def test_a_crash_between_the_state_and_mv_commits_is_recovered(spark, tables, monkeypatch):
+    upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g=None, x=2, s="q")])
+    job = job_for(tables, ALL)
+    run_snapshot(spark, job)
+    apply_epoch(upstream, [("update", 0, row(g=None, x=3, s="r")), ("insert", 0, row(g="c", x=None))])
+    crash_at(monkeypatch, aggregate_apply, "after_state_commit")
+    with pytest.raises(Killed):
+        run_catch_up(spark, job)
+    assert watermarks(job) == (0, 1), "the state must be committed first"
+    monkeypatch.undo()
+    apply_epoch(upstream, [("delete", 0, row())])
+    run_catch_up(spark, job)
+    assert watermarks(job) == (2, 2)
+    history = sorted(DeltaTable(job.target).history(), key=lambda c: c["version"])
+    assert [c.get("airflow_backfill.recovered_from_state") for c in history[1:]] == ["true", None]
+    check(upstream, job, ["g"])
+
+
+def test_a_snapshot_that_crashed_after_its_state_commit_is_redone(spark, tables, monkeypatch):
+    upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g="b", x=2, s="q")])
+    job = job_for(tables, ALL)
+    crash_at(monkeypatch, aggregate_snapshot, "after_state_commit")
+    with pytest.raises(Killed):
+        run_snapshot(spark, job)
+    assert not os.path.isdir(os.path.join(job.target, "_delta_log")), "a half snapshot is visible"
+    assert DeltaTable(state_uri(job.target)).transaction_version(job.app_id) == 0
+    monkeypatch.undo()
+    apply_epoch(upstream, [("insert", 0, row(g="a", x=5, s="r"))])
+    result = run_snapshot(spark, job)
+    assert result.chunks_run == 0  # the pinned epoch's chunk partials were reused
+    assert watermarks(job) == (0, 0)
+    run_catch_up(spark, job)
+    check(upstream, job, ["g"])
+
+
+def test_a_chunked_snapshot_combines_partial_states(spark, tables):
+    upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g=None, x=2, s="q")])
+    for rows in ([row(g="a", x=1, s="p"), row(g="b", x=None, s="p")], [row(g=None, x=-4, s="q")]):
+        batch = [{"id": upstream.next_id + i, **r} for i, r in enumerate(rows)]
+        upstream.next_id += len(rows)
+        write_deltalake(upstream.uri, pa.Table.from_pylist(batch, schema=SCHEMA), mode="append")
+    job = job_for(tables, ALL)
+    result = run_snapshot(spark, job, chunk_bytes=1)
+    assert result.chunks_run == 3
+    check(upstream, job, ["g"])
+    referenced = {os.path.normpath(uri.removeprefix("file://")) for uri in DeltaTable(job.target).file_uris()}
+    on_disk = {
+        os.path.normpath(os.path.join(root, name))
+        for root, _, names in os.walk(os.path.join(job.target, "data"))
+        for name in names if name.endswith(".parquet")
+    }
+    assert on_disk == referenced, "chunk partials must not be left in the MV's folder"
+
+
+def test_the_mv_holds_exactly_the_query_columns(spark, tables):
+    query = "SELECT g AS grp, SUM(x) / COUNT(*) AS ratio, COUNT(*) AS n FROM source GROUP BY g"
+    upstream = create(tables["source"], [row(g="a", x=1), row(g="a", x=4)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    assert DeltaTable(job.target).schema().to_arrow().names == expected_rows(upstream.uri, 0, query).column_names
+    assert os.path.isdir(os.path.join(state_uri(job.target), "_delta_log"))
+
+
+def test_an_empty_upstream_gives_an_empty_mv_that_then_fills(spark, tables):
+    upstream = create(tables["source"], [])
+    job = job_for(tables, ALL)
+    assert run_snapshot(spark, job).rows == 0
+    apply_epoch(upstream, [("insert", 0, row(g="a", x=1, s="p")), ("insert", 0, row(g=None, s="q"))])
+    forward_one(spark, job)
+    assert mv_rows(job.target).num_rows == 2
+    check(upstream, job, ["g"])
+
+
+def test_an_aggregate_the_engine_cannot_maintain_is_refused_before_any_write(spark, tables):
+    create(tables["source"], [row(g="a", x=1)])
+    job = job_for(tables, "SELECT g, STDDEV(x) AS sd FROM source GROUP BY g")
+    with pytest.raises(UnsupportedQueryError, match=r"STDDEV\(x\) is not supported"):
+        run_snapshot(spark, job)
+    assert not os.path.exists(job.target)
