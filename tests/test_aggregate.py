@@ -17,7 +17,7 @@ from airflow_backfill.engine.aggregate_state import state_uri
 from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.snapshot import run_snapshot
-from airflow_backfill.exceptions import UnsupportedQueryError
+from airflow_backfill.exceptions import TargetError, UnsupportedQueryError
 from airflow_backfill.job import BackfillJob
 from oracle import assert_every_commit_matches, expected_rows, mv_rows
 
@@ -240,3 +240,13 @@ def test_an_aggregate_the_engine_cannot_maintain_is_refused_before_any_write(spa
     with pytest.raises(UnsupportedQueryError, match=r"STDDEV\(x\) is not supported"):
         run_snapshot(spark, job)
     assert not os.path.exists(job.target)
+
+
+def test_a_changed_query_is_refused_instead_of_reusing_the_state(spark, tables):
+    upstream = create(tables["source"], [row(g="a", x=1)])
+    run_snapshot(spark, job_for(tables, "SELECT g, COUNT(*) AS n FROM source GROUP BY g"))
+    apply_epoch(upstream, [("insert", 0, row(g="b", x=2))])
+    changed = job_for(tables, "SELECT g, COUNT(*) AS n, SUM(x) AS sx FROM source GROUP BY g")
+    with pytest.raises(TargetError, match="the query changed since the MV was built"):
+        run_catch_up(spark, changed)
+    assert DeltaTable(changed.target).transaction_version(changed.app_id) == 0

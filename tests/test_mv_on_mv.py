@@ -32,6 +32,10 @@ CHAINS = {
         "SELECT h, COUNT(*) AS groups, SUM(n) AS total, MAX(sx) AS top, COUNT(DISTINCT ms) AS dms "
         "FROM source GROUP BY h HAVING SUM(n) > 1", ["h"],
     ),
+    "aggregate_then_stateless": (  # MV2 is keyed by MV1's GROUP BY keys, one of them often NULL
+        "SELECT g, h, COUNT(*) AS n, SUM(d) AS sd FROM source GROUP BY g, h", ["id"], ["g", "h"],
+        "SELECT g, h, n * 10 AS n10, sd FROM source WHERE n > 1 OR h IS NULL", ["g", "h"],
+    ),
 }
 
 

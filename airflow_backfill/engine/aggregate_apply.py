@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from airflow_backfill.engine import aggregate_sql as sql
 from airflow_backfill.engine.aggregate_state import (
+    commit_state_watermark,
     merge_state,
     read_delta,
     read_state,
@@ -35,7 +36,13 @@ from airflow_backfill.engine.aggregate_view import cast_to, mv_changes, value_ty
 from airflow_backfill.engine.changes import signed_changes
 from airflow_backfill.engine.delta_log import open_upstream
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.mv_commit import PRESENT, CommitInfo, conform_changes, merge_changes
+from airflow_backfill.engine.mv_commit import (
+    PRESENT,
+    CommitInfo,
+    commit_watermark_only,
+    conform_changes,
+    merge_changes,
+)
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -66,6 +73,8 @@ def recover_state_ahead(
     state and diffed with the whole MV: a full read of both, paid only after a crash.
     """
     state_watermark = require_state_watermark(job)
+    aggregate = _aggregate(plan)
+    state_struct(job, [*sql.key_columns(aggregate), *sql.state_value_columns(aggregate)])
     if state_watermark == mv_watermark:
         return mv_watermark
     if state_watermark < mv_watermark:
@@ -76,7 +85,6 @@ def recover_state_ahead(
         )
     log.warning("aggregate state is at epoch %s, the MV at %s (a run stopped between the two commits): "
                 "bringing the MV up to the state", state_watermark, mv_watermark)
-    aggregate = _aggregate(plan)
     mv_schema = _mv_struct(job)
     upstream = _upstream_struct(job.source, state_watermark)
     new_rows = visible_rows(spark, aggregate, read_state(spark, job), value_types(spark, aggregate, upstream),
@@ -119,6 +127,17 @@ def apply_aggregate_changes(
     return mv_rows.num_rows
 
 
+def commit_watermarks_only(job: BackfillJob, end_version: int, *, phase: str, parallelism: int) -> int:
+    """A range without change rows (e.g. an upstream MV's watermark-only commits): no Spark work,
+    the state's then the MV's watermark move to `end_version`."""
+    info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=0)
+    commit_state_watermark(job, info)
+    maybe_crash(phase, "after_state_commit")
+    commit_watermark_only(job, info)
+    maybe_crash(phase, "after_commit")
+    return 0
+
+
 def _touched_groups(
     spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, changes: DataFrame, end_version: int,
     cached: list[DataFrame],
@@ -132,7 +151,7 @@ def _touched_groups(
     spark.sql(
         f"SELECT /*+ BROADCAST(d) */ o.* FROM {_STATE} o LEFT SEMI JOIN (SELECT {keys} FROM {_DELTA}) d ON {same}"
     ).createOrReplaceTempView(_OLD)
-    schema = state_struct(job)
+    schema = state_struct(job, [*sql.key_columns(aggregate), *sql.state_value_columns(aggregate)])
     carried = (*_FLAGS, *sql.old_columns(aggregate))
     new = cast_to(spark.sql(sql.new_state_sql(aggregate, _DELTA, _OLD)), schema, keep=carried)
     if not aggregate.needs_recompute:

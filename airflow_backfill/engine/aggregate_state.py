@@ -27,7 +27,13 @@ from deltalake import DeltaTable
 
 from airflow_backfill.engine.delta_log import arrow_schema, table_exists
 from airflow_backfill.engine.job_state import state_dir
-from airflow_backfill.engine.mv_commit import CommitInfo, add_actions_for, create_table, merge_keyed
+from airflow_backfill.engine.mv_commit import (
+    CommitInfo,
+    add_actions_for,
+    commit_empty,
+    create_table,
+    merge_keyed,
+)
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -94,11 +100,22 @@ def read_state(spark: SparkSession, job: BackfillJob) -> DataFrame:
     return read_delta(spark, state_uri(job.target))
 
 
-def state_struct(job: BackfillJob) -> StructType:
-    """The state table's schema as a Spark schema."""
+def state_struct(job: BackfillJob, columns: list[str]) -> StructType:
+    """The state table's schema as a Spark schema, checked to hold exactly `columns`.
+
+    Another set of columns means the job's query changed since the MV was built: its
+    state cannot be reused.
+    """
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return from_arrow_schema(arrow_schema(DeltaTable(state_uri(job.target))))
+    schema = from_arrow_schema(arrow_schema(DeltaTable(state_uri(job.target))))
+    if schema.names != columns:
+        raise TargetError(
+            f"the aggregate state of MV {job.target} has columns {schema.names}, but the job's query needs "
+            f"{columns}: the query changed since the MV was built. Rebuild the MV (delete the target and "
+            "rerun the snapshot) or restore the query it was built with."
+        )
+    return schema
 
 
 def create_state(job: BackfillJob, schema: pa.Schema, data_dir: str, info: CommitInfo) -> int:
@@ -118,3 +135,8 @@ def merge_state(job: BackfillJob, changes: pa.Table, key: list[str], info: Commi
     schema = pa.schema([field.with_nullable(True) for field in target] + [pa.field("__present", pa.bool_())])
     return merge_keyed(uri, changes.select(schema.names).cast(schema), key, info.properties(job),
                        null_safe_keys=True)
+
+
+def commit_state_watermark(job: BackfillJob, info: CommitInfo) -> None:
+    """Move the state's watermark without changing a group (a range without change rows)."""
+    commit_empty(state_uri(job.target), info.properties(job))

@@ -14,12 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.aggregate_apply import apply_aggregate_changes, recover_state_ahead
+from airflow_backfill.engine.aggregate_apply import (
+    apply_aggregate_changes,
+    commit_watermarks_only,
+    recover_state_ahead,
+)
 from airflow_backfill.engine.changes import COMMIT_TIMESTAMP, mv_changes, net_changes
 from airflow_backfill.engine.delta_log import read_watermark
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.log_store import check_schema_unchanged, read_change_feed
-from airflow_backfill.engine.mv_commit import CommitInfo, conform_changes, merge_changes
+from airflow_backfill.engine.mv_commit import CommitInfo, conform_changes, merge_changes, nullable_key
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -80,7 +84,9 @@ def apply_epochs(
     feed = read_change_feed(job.source, watermark, end_version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
     changes = spark.createDataFrame(feed.drop_columns([COMMIT_TIMESTAMP]))
-    if plan.aggregate is not None:
+    if plan.aggregate is not None and not feed.num_rows:
+        mv_rows_changed = commit_watermarks_only(job, end_version, phase=phase, parallelism=parallelism)
+    elif plan.aggregate is not None:
         mv_rows_changed = apply_aggregate_changes(
             spark, job, plan, changes, end_version, phase=phase, parallelism=parallelism
         )
@@ -103,6 +109,6 @@ def _apply_stateless(
     arrow_changes = conform_changes(keyed.toArrow(), job.target)
     info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=arrow_changes.num_rows)
     maybe_crash(phase, "after_write")
-    merge_changes(job, arrow_changes, plan.mv_key, info)
+    merge_changes(job, arrow_changes, plan.mv_key, info, null_safe_keys=nullable_key(job.target, plan.mv_key))
     maybe_crash(phase, "after_commit")
     return arrow_changes.num_rows

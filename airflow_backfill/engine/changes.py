@@ -81,15 +81,18 @@ def mv_changes(spark: SparkSession, net: DataFrame, plan: QueryPlan) -> DataFram
     """Keyed MV changes: one row per changed MV key with the new row, or `__present` null.
 
     A stateless query maps each live upstream row to at most one MV row with the same
-    key; keys whose new image is deleted or filtered out leave the MV.
+    key; keys whose new image is deleted or filtered out leave the MV. Keys are matched
+    NULL-safely: an upstream that is itself an aggregate MV may have a NULL group key.
     """
     from pyspark.sql import functions as F
 
     live = net.filter(~F.col(DELETED)).drop(DELETED)
-    new_rows = apply_query(spark, live, plan.query).withColumn(PRESENT, F.lit(True))
+    new_rows = apply_query(spark, live, plan.query).withColumn(PRESENT, F.lit(True)).alias("n")
     changed_keys = net.select(
         *(F.col(upstream).alias(mv) for upstream, mv in zip(plan.upstream_key, plan.mv_key, strict=True))
-    ).distinct()
-    return changed_keys.join(new_rows, on=list(plan.mv_key), how="left").select(
-        *new_rows.columns
-    )
+    ).distinct().alias("k")
+    same_key = [F.col(f"k.`{key}`").eqNullSafe(F.col(f"n.`{key}`")) for key in plan.mv_key]
+    return changed_keys.join(new_rows, on=same_key, how="left").select(*(
+        F.col(f"k.`{column}`" if column in plan.mv_key else f"n.`{column}`").alias(column)
+        for column in new_rows.columns
+    ))

@@ -175,7 +175,7 @@ def merge_keyed(
         )
     if not metrics.get("num_target_files_added") and not metrics.get("num_target_files_removed"):
         # Nothing to rewrite (or no changes at all): still move the watermark.
-        _commit_empty(uri, properties)
+        commit_empty(uri, properties)
     return metrics
 
 
@@ -185,26 +185,45 @@ def _drop_deletes_of_unknown_keys(table: DeltaTable, changes: pa.Table, mv_key: 
     A source row that matches nothing and inserts nothing still goes through delta-rs's
     NOT NULL validation as an all-null row and fails the merge, so such rows (a key that
     was inserted and deleted between two watermarks, or never passed the WHERE) must
-    not reach it. Only the MV's key columns of the touched keys are read.
+    not reach it. Keys are compared as Python tuples, so a NULL key part matches NULL
+    (Arrow joins never do).
     """
     absent_mask = pc.is_null(changes[PRESENT])
     absent = changes.filter(absent_mask)
     if not absent.num_rows:
         return changes
-    first = mv_key[0]
-    in_mv = table.to_pyarrow_dataset().to_table(
-        columns=list(mv_key), filter=pc.field(first).isin(pc.unique(absent[first]))
-    )
-    known = absent.join(in_mv, keys=list(mv_key), join_type="left semi")
-    return pa.concat_tables([changes.filter(pc.invert(absent_mask)), known.select(changes.column_names)])
+    known = _keys_in_table(table, absent.select(list(mv_key)))
+    absent_keys = zip(*(absent.column(column).to_pylist() for column in mv_key), strict=True)
+    keep = pa.array([key in known for key in absent_keys], pa.bool_())
+    return pa.concat_tables([changes.filter(pc.invert(absent_mask)), absent.filter(keep)])
+
+
+def _keys_in_table(table: DeltaTable, keys: pa.Table) -> set[tuple]:
+    """Which of `keys` the table holds: its key columns are scanned batch by batch and only
+    rows whose first key column is a candidate are kept (files written by Spark and by
+    delta-rs may differ in physical string types, so the filter runs after a cast)."""
+    first = keys.column_names[0]
+    candidates = pc.unique(keys[first])
+    found: set[tuple] = set()
+    for batch in table.to_pyarrow_dataset().to_batches(columns=keys.column_names):
+        hits = batch.filter(pc.is_in(batch.column(first).cast(candidates.type), value_set=candidates))
+        found.update(zip(*(hits.column(name).to_pylist() for name in keys.column_names), strict=True))
+    return found
+
+
+def nullable_key(uri: str, key: tuple[str, ...]) -> bool:
+    """True when a key column of the table may hold NULL (then merges must match NULL to NULL)."""
+    schema = arrow_schema(DeltaTable(uri))
+    return any(schema.field(column).nullable for column in key)
 
 
 def commit_watermark_only(job: BackfillJob, info: CommitInfo) -> None:
     """An empty commit that only records the new watermark (the epochs changed nothing here)."""
-    _commit_empty(job.target, info.properties(job))
+    commit_empty(job.target, info.properties(job))
 
 
-def _commit_empty(uri: str, properties: CommitProperties) -> None:
+def commit_empty(uri: str, properties: CommitProperties) -> None:
+    """A commit without data: it only carries `properties` (the watermark, the metadata)."""
     table = DeltaTable(uri)
     table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=properties)
 
