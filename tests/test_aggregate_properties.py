@@ -38,7 +38,7 @@ QUERIES = {
     ),
     "having": (
         "SELECT g, COUNT(*) AS n, SUM(x) AS sx, MAX(f) AS mf FROM source "
-        "GROUP BY g HAVING COUNT(*) >= 2 AND (SUM(x) > 0 OR SUM(x) IS NULL)",
+        "GROUP BY g HAVING COUNT(*) >= 2 AND (SUM(x) > 0 OR MIN(d) IS NULL)",  # MIN(d): only in HAVING
         ["g"],
     ),
     "expressions": (

@@ -11,8 +11,11 @@ A round's cost follows the change, not the upstream:
    are recomputed from the upstream as of the new epoch (its files listed by the Delta
    log, semi-joined with the broadcast group keys) — a query with only COUNT, SUM and
    AVG never reads the upstream's files;
-4. the state of the touched groups is committed (groups at zero rows are deleted), then
-   the MV changes (visible rows of old vs new state) with the same watermark.
+4. one Spark action returns, per touched group, its new state and the MV change it
+   causes (its MV row from the new state against the one from the old state, carried
+   in the same row); the state is committed (groups at zero rows deleted), then the MV
+   changes, both with the new epoch as watermark (see `aggregate_state` for why two
+   tables and how a crash between the commits is recovered).
 """
 
 from __future__ import annotations
@@ -142,7 +145,11 @@ def _touched_groups(
     spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, changes: DataFrame, end_version: int,
     cached: list[DataFrame],
 ) -> DataFrame:
-    """New state (old state alongside) of each group the changes touch; lazy, one action reads it."""
+    """New state (old state alongside) of each group the changes touch, as a lazy DataFrame.
+
+    Only when the query has MIN/MAX/COUNT(DISTINCT) is something computed here: whether
+    any group needs them recomputed, so that the upstream is read only then.
+    """
     signed_changes(changes).createOrReplaceTempView("source")
     spark.sql(sql.delta_sql(aggregate)).createOrReplaceTempView(_DELTA)
     read_state(spark, job).createOrReplaceTempView(_STATE)

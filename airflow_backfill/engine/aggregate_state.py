@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -123,7 +124,8 @@ def create_state(job: BackfillJob, schema: pa.Schema, data_dir: str, info: Commi
     uri = state_uri(job.target)
     actions, rows = add_actions_for(uri, data_dir)
     nullable = pa.schema([field.with_nullable(True) for field in schema])
-    create_table(uri, nullable, actions, info.properties(job), name=f"{job.name}_agg_state",
+    properties = replace(info, rows=rows).properties(job)
+    create_table(uri, nullable, actions, properties, name=f"{job.name}_agg_state",
                  description=f"Aggregate state of the MV of airflow_backfill job {job.name}")
     return rows
 

@@ -48,7 +48,7 @@ def cast_to(frame: DataFrame, schema: StructType, keep: tuple[str, ...] = ()) ->
     """`frame`'s columns named by `schema`, cast to its types, then the `keep` columns as they are."""
     from pyspark.sql import functions as F
 
-    cast = [F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields]
+    cast = [F.col(quote(field.name)).cast(field.dataType).alias(field.name) for field in schema.fields]
     return frame.select(*cast, *keep)
 
 

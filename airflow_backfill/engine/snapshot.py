@@ -3,11 +3,11 @@
 Spark reads the upstream's Parquet files as listed by the Delta log at epoch `E` (never
 the live directory, which keeps changing), chunk by chunk. Each chunk's output is
 written and recorded as done before the next starts, so a crash costs at most the chunk
-in flight. For an aggregate a chunk's output is the partial per-group state of its files,
-combined at commit (`aggregate_snapshot`). When every chunk is done, delta-rs creates
-the MV in a single commit whose watermark is `E`: until then the MV does not exist for readers, and files of crashed
+in flight. When every chunk is done, delta-rs creates the MV in a single commit whose
+watermark is `E`: until then the MV does not exist for readers, and files of crashed
 attempts are never referenced and are removed on the next run. The upstream is only
-read, so it keeps committing meanwhile.
+read, so it keeps committing meanwhile. For an aggregate, a chunk's output is the
+partial per-group state of its files, combined at commit (`aggregate_snapshot`).
 """
 
 from __future__ import annotations
