@@ -58,13 +58,15 @@ class SectionSettings:
     """The child's sampler, for peaks of single measured calls inside a section."""
 
 
-def snapshot_once(spark: SparkSession, settings: SectionSettings, kind: str, timer: PhaseTimer) -> dict[str, Any]:
+def snapshot_once(
+    spark: SparkSession, settings: SectionSettings, kind: str, timer: PhaseTimer, *, warm_up: bool = False
+) -> dict[str, Any]:
     """One engine snapshot of the `kind` MV at the loaded epoch, into a fresh target."""
     from airflow_backfill.engine import snapshot
 
     target = settings.workspace.scratch(f"snapshot-{kind}-p{settings.parallelism}")
     job = lineitem_job(settings.workspace, f"bench_snapshot_{kind}", target, QUERIES[kind],
-                       backfill_parallelism=settings.parallelism)
+                       warm_up=warm_up, backfill_parallelism=settings.parallelism)
     with settings.memory.window() as peak, timer.wrapping(snapshot, SNAPSHOT_STEPS), stopwatch() as elapsed:
         result = snapshot.run_snapshot(spark, job, epoch=LOADED_EPOCH, parallelism=settings.parallelism)
     seconds = elapsed()
@@ -95,11 +97,16 @@ def snapshot_overhead(spark: SparkSession, settings: SectionSettings) -> dict[st
     return result
 
 
-def _compare(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
-    # One unmeasured run of each side first: the first run of a code path in a JVM pays
-    # for class loading and code generation.
-    snapshot_once(spark, settings, kind, PhaseTimer())
+def warm_up_kind(spark: SparkSession, settings: SectionSettings, kind: str) -> None:
+    """One unmeasured run of each side over the small warm-up copy of TPC-H: the first
+    run of a code path in a JVM pays for class loading and code generation."""
+    snapshot_once(spark, settings, kind, PhaseTimer(), warm_up=True)
+    files = upstream_files(settings.workspace.warm_up_tables.lineitem, LOADED_EPOCH)
     plain_once(spark, settings, kind, files)
+
+
+def _compare(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
+    warm_up_kind(spark, settings, kind)
     timer = PhaseTimer()
     engine: list[dict[str, Any]] = []
     plain: list[dict[str, Any]] = []
@@ -138,8 +145,7 @@ def _max_peak(runs: list[dict[str, Any]]) -> float | None:
 def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
     """The stateless snapshot at this child's parallelism, `repeats` times."""
     timer = PhaseTimer()
-    snapshot_once(spark, settings, "stateless", timer)  # warm-up, as in snapshot_overhead
-    timer.take()
+    warm_up_kind(spark, settings, "stateless")
     runs = [snapshot_once(spark, settings, "stateless", timer) for _ in range(settings.repeats)]
     seconds = [run["seconds"] for run in runs]
     return {"parallelism": settings.parallelism, "snapshot_s": seconds,

@@ -50,6 +50,15 @@ class Workspace:
     def upstream_root(self) -> str:
         return os.path.join(self.root, "tpch")
 
+    @property
+    def warm_up_tables(self) -> tpch.TpchTables:
+        """A small copy of TPC-H for warm-up runs, which only need to touch the code paths."""
+        return tpch.open_tpch(self.warm_up_root)
+
+    @property
+    def warm_up_root(self) -> str:
+        return os.path.join(self.root, "tpch-warm-up")
+
     def scratch(self, name: str) -> str:
         """A fresh, empty folder path (removed first if a previous run left it)."""
         path = os.path.join(self.root, "scratch", name)
@@ -69,11 +78,17 @@ def query_support(kind: str) -> str | None:
     return None
 
 
-def lineitem_job(workspace: Workspace, name: str, target: str, query: str, **settings: Any) -> BackfillJob:
+WARM_UP_SCALE_FACTOR = 0.01
+
+
+def lineitem_job(
+    workspace: Workspace, name: str, target: str, query: str, *, warm_up: bool = False, **settings: Any
+) -> BackfillJob:
     from airflow_backfill.job import BackfillJob
 
+    tables = workspace.warm_up_tables if warm_up else workspace.tables
     return BackfillJob(
-        name=name, source=workspace.tables.lineitem, target=target, query=query,
+        name=name, source=tables.lineitem, target=target, query=query,
         primary_key=LINEITEM_KEY, **settings,
     )
 
