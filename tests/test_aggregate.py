@@ -250,3 +250,15 @@ def test_a_changed_query_is_refused_instead_of_reusing_the_state(spark, tables):
     with pytest.raises(TargetError, match="the query changed since the MV was built"):
         run_catch_up(spark, changed)
     assert DeltaTable(changed.target).transaction_version(changed.app_id) == 0
+
+
+def test_group_by_without_aggregates_keeps_each_distinct_key_while_it_has_rows(spark, tables):
+    query = "SELECT g, x FROM source WHERE x IS NOT NULL GROUP BY g, x HAVING g IS NOT NULL OR x > 0"
+    upstream = create(tables["source"], [row(g="a", x=1), row(g="a", x=1), row(g=None, x=2), row(g=None, x=-1)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    apply_epoch(upstream, [("delete", 0, row()), ("update", 2, row(g=None, x=3))])
+    forward_one(spark, job)
+    apply_epoch(upstream, [("delete", 0, row())])  # the last ("a", 1)
+    forward_one(spark, job)
+    check(upstream, job, ["g", "x"])
