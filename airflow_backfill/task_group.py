@@ -7,6 +7,14 @@ operators/pin_epoch.py); catch-up and forward use the `none_failed_min_one_succe
 trigger rule so they still run when the phases before them were skipped. Every task
 that commits to the MV declares it as an Asset outlet, so a downstream job's DAG can be
 scheduled on it.
+
+An MV built on another MV in the same DAG starts once its upstream MV is caught up, not
+once that MV's forward ends (forward may run for as long as the job lives):
+
+    caught_up(upstream_group) >> downstream_group
+
+`pin_epoch` runs unless something before it failed, so the chain also starts when the
+upstream MV was already fresh and its catch-up and wait were skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, TaskGroup, TriggerRule
+from airflow.sdk import Asset, BaseOperator, TaskGroup, TriggerRule
 
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -60,7 +68,7 @@ def backfill_task_group(
     with TaskGroup(group_id=group_id, tooltip=f"{job.source} -> {job.target}") as group:
         prefix = f"{group.group_id}."
         pin = PinEpochOperator(
-            task_id="pin_epoch", job=job,
+            task_id="pin_epoch", job=job, trigger_rule=TriggerRule.NONE_FAILED,
             snapshot_task_id=prefix + "snapshot", catch_up_task_id=prefix + "catch_up",
             forward_task_id=prefix + "forward",
         )
@@ -83,3 +91,12 @@ def backfill_task_group(
         pin >> snapshot >> catch_up >> wait >> forward
         pin >> [catch_up, forward]
     return group
+
+
+def caught_up(group: TaskGroup) -> BaseOperator:
+    """The task of a backfill group after which its MV exists and trails its upstream by
+    at most `lag_threshold` epochs: what a group that reads this MV should wait for."""
+    task = group.children.get(group.child_id("wait_caught_up"))
+    if not isinstance(task, BaseOperator):
+        raise TypeError(f"{group.group_id} is not a backfill task group (no wait_caught_up task).")
+    return task

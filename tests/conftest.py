@@ -31,3 +31,16 @@ def spark():
 def tables(tmp_path: Path) -> dict[str, str]:
     """Paths for an upstream and its MV inside the test's temporary directory."""
     return {"source": str(tmp_path / "orders"), "target": str(tmp_path / "orders_mv")}
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logging():
+    """Commands run in-process (`cli.main`) configure the root logger with the stream
+    pytest captured for that test; later tests must not log to it once it is closed."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)

@@ -4,6 +4,7 @@ commit against the query recomputed independently (DuckDB) at the commit's water
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from deltalake import DeltaTable
@@ -36,6 +37,13 @@ def mv_commits(target: str) -> list[dict]:
     return sorted(history, key=lambda commit: commit["version"])
 
 
+def wait_for_version(uri: str, version: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while DeltaTable(uri).version() < version:
+        assert time.monotonic() < deadline, f"the upstream did not reach version {version}"
+        time.sleep(0.05)
+
+
 def test_three_phases_under_concurrent_upstream_writes(spark, tables):
     create_orders_table(tables["source"], rows=3000, seed=7)
     job = make_job(tables)
@@ -49,6 +57,9 @@ def test_three_phases_under_concurrent_upstream_writes(spark, tables):
     writer.start()
     try:
         snapshot = run_snapshot(spark, job)
+        # A warm session can snapshot faster than one upstream epoch: make sure the
+        # upstream moved past the pinned epoch, so catch-up has rounds to run.
+        wait_for_version(tables["source"], snapshot.epoch + 1)
         caught_up = run_catch_up(spark, job)
         forward = run_forward(spark, job, bounds=ForwardBounds(max_epochs=3, idle_timeout=30))
     finally:

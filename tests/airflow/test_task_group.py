@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pendulum
 import pytest
-from airflow.sdk import DAG, TriggerRule
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, TaskGroup, TriggerRule
 
 from airflow_backfill.get_provider_info import get_provider_info
-from airflow_backfill.job import load_job
-from airflow_backfill.task_group import backfill_task_group, mv_asset
+from airflow_backfill.job import BackfillJob, load_job
+from airflow_backfill.task_group import backfill_task_group, caught_up, mv_asset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,11 +31,29 @@ def test_group_wires_the_three_phases_with_skippable_routes(job):
     }
     assert tasks["orders.catch_up"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert tasks["orders.forward"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    assert tasks["orders.pin_epoch"].trigger_rule == TriggerRule.NONE_FAILED
     assert "orders.pin_epoch" in tasks["orders.snapshot"].epoch
     assert tasks["orders.forward"].max_epochs == 3
     for task_id in ("orders.snapshot", "orders.catch_up", "orders.forward"):
         assert tasks[task_id].outlets == [mv_asset(job)]
     assert tasks["orders.pin_epoch"].forward_task_id == "orders.forward"
+
+
+def test_an_mv_on_an_mv_starts_once_the_first_is_caught_up_not_after_its_forward(job, tmp_path):
+    downstream = BackfillJob(name="totals", source=job.target, target=str(tmp_path / "totals"),
+                             query="SELECT order_id, amount FROM source", primary_key=["order_id"])
+    with DAG("chain", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        first = backfill_task_group(job, group_id="orders")
+        second = backfill_task_group(downstream, group_id="totals")
+        caught_up(first) >> second
+    tasks = {task.task_id: task for task in dag.tasks}
+    assert tasks["totals.pin_epoch"].upstream_task_ids == {"orders.wait_caught_up"}
+    assert tasks["orders.forward"].downstream_task_ids == set()
+    with DAG("other", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        with TaskGroup("plain") as plain:
+            EmptyOperator(task_id="wait")
+    with pytest.raises(TypeError, match="not a backfill task group"):
+        caught_up(plain)
 
 
 def test_mv_asset_is_the_target_uri(job):
@@ -48,7 +67,9 @@ def test_example_dags_import_without_errors(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path))
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert bag.import_errors == {}
-    assert "example_orders_mv" in bag.dag_ids
+    assert {"example_orders_mv", "example_tpch_pricing_summary"} <= set(bag.dag_ids)
+    tpch_dag = bag.get_dag("example_tpch_pricing_summary")
+    assert tpch_dag.get_task("linestatus_totals.pin_epoch").upstream_task_ids == {"pricing_summary.wait_caught_up"}
 
 
 def test_example_dag_job_equals_the_yaml_job(monkeypatch, tmp_path):
