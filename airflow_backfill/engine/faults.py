@@ -6,6 +6,8 @@ Set `AIRFLOW_BACKFILL_FAULT` to `<phase>:<point>` (several separated by commas),
 
 - `after_chunks=N`: the snapshot recorded N chunks as done.
 - `after_write`: Spark wrote the output (or the keyed changes), the Delta commit not made.
+- `after_state_commit` (aggregates): the hidden per-group state is committed, the MV
+  not yet; the rerun brings the MV to the state's epoch first.
 - `after_commit`: the Delta commit is made, the phase's own bookkeeping not yet.
 
 The process ends with SIGKILL, like an out-of-memory kill or a lost worker: no cleanup

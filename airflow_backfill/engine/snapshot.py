@@ -224,11 +224,16 @@ def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPla
     """The MV key must be unique; a duplicate means the upstream's key is not a key."""
     if not done:
         return
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     paths = [os.path.join(job.target, chunk.data_dir) for chunk in done]
     keys = spark.read.parquet(*paths).select(*plan.mv_key)
-    duplicate = keys.groupBy(*plan.mv_key).count().filter(F.col("count") > 1).limit(1).collect()
+    # A count over a window partitioned by the key (one shuffle, then a sort) is about twice
+    # as fast as a GROUP BY on keys that are nearly all distinct: partial aggregation
+    # cannot shrink them, so its hash maps only cost memory.
+    copies = F.count(F.lit(1)).over(Window.partitionBy(*plan.mv_key)).alias("count")
+    duplicate = keys.select(*plan.mv_key, copies).filter(F.col("count") > 1).limit(1).collect()
     if duplicate:
         row = duplicate[0].asDict()
         count = row.pop("count")
