@@ -134,6 +134,11 @@ class BackfillJob:
     max_stalled_rounds: int = DEFAULT_MAX_STALLED_ROUNDS
     """Consecutive catch-up rounds whose starting lag did not shrink after which catch-up
     hands over to forward with a warning (the upstream commits faster than a round)."""
+    verify_primary_key: bool = True
+    """Prove in the snapshot that the primary key is unique in the query's output before
+    the MV is created. The proof is a shuffle of the key columns; set False only when the
+    upstream guarantees its key (e.g. it is another job's MV keyed the same way), since a
+    duplicate key then goes undetected and catch-up keeps one row per key."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form user metadata, kept but not interpreted."""
 
@@ -162,6 +167,10 @@ class BackfillJob:
             raise BackfillConfigError(f"poll_interval must be in (0, 3600] seconds, got {self.poll_interval}.")
         _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
         validate_max_stalled_rounds(self.max_stalled_rounds)
+        if not isinstance(self.verify_primary_key, bool):
+            raise BackfillConfigError(
+                f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."
+            )
 
     @property
     def app_id(self) -> str:

@@ -59,14 +59,16 @@ class SectionSettings:
 
 
 def snapshot_once(
-    spark: SparkSession, settings: SectionSettings, kind: str, timer: PhaseTimer, *, warm_up: bool = False
+    spark: SparkSession, settings: SectionSettings, kind: str, timer: PhaseTimer, *, warm_up: bool = False,
+    verify_primary_key: bool = True,
 ) -> dict[str, Any]:
     """One engine snapshot of the `kind` MV at the loaded epoch, into a fresh target."""
     from airflow_backfill.engine import snapshot
 
     target = settings.workspace.scratch(f"snapshot-{kind}-p{settings.parallelism}")
     job = lineitem_job(settings.workspace, f"bench_snapshot_{kind}", target, QUERIES[kind],
-                       warm_up=warm_up, backfill_parallelism=settings.parallelism)
+                       warm_up=warm_up, backfill_parallelism=settings.parallelism,
+                       verify_primary_key=verify_primary_key)
     with settings.memory.window() as peak, timer.wrapping(snapshot, SNAPSHOT_STEPS), stopwatch() as elapsed:
         result = snapshot.run_snapshot(spark, job, epoch=LOADED_EPOCH, parallelism=settings.parallelism)
     seconds = elapsed()
@@ -94,30 +96,35 @@ def snapshot_overhead(spark: SparkSession, settings: SectionSettings) -> dict[st
             result[kind] = {"status": unsupported}
             continue
         result[kind] = _compare(spark, settings, kind, files)
+    if result.get("stateless", {}).get("status") == "measured":
+        # What the primary-key proof costs: the same MV with `verify_primary_key: false`.
+        result["stateless_unverified_key"] = _compare(spark, settings, "stateless", files, verify_primary_key=False)
     return result
 
 
-def warm_up_kind(spark: SparkSession, settings: SectionSettings, kind: str) -> None:
+def warm_up_kind(spark: SparkSession, settings: SectionSettings, kind: str, *, verify_primary_key: bool = True) -> None:
     """One unmeasured run of each side over the small warm-up copy of TPC-H: the first
     run of a code path in a JVM pays for class loading and code generation."""
-    snapshot_once(spark, settings, kind, PhaseTimer(), warm_up=True)
+    snapshot_once(spark, settings, kind, PhaseTimer(), warm_up=True, verify_primary_key=verify_primary_key)
     files = upstream_files(settings.workspace.warm_up_tables.lineitem, LOADED_EPOCH)
     plain_once(spark, settings, kind, files)
 
 
-def _compare(spark: SparkSession, settings: SectionSettings, kind: str, files: list[str]) -> dict[str, Any]:
-    warm_up_kind(spark, settings, kind)
+def _compare(
+    spark: SparkSession, settings: SectionSettings, kind: str, files: list[str], *, verify_primary_key: bool = True
+) -> dict[str, Any]:
+    warm_up_kind(spark, settings, kind, verify_primary_key=verify_primary_key)
     timer = PhaseTimer()
     engine: list[dict[str, Any]] = []
     plain: list[dict[str, Any]] = []
     for round_number in range(settings.repeats):
         # Alternate which goes first, so warm caches and JIT favour neither side.
         if round_number % 2 == 0:
-            engine.append(snapshot_once(spark, settings, kind, timer))
+            engine.append(snapshot_once(spark, settings, kind, timer, verify_primary_key=verify_primary_key))
             plain.append(plain_once(spark, settings, kind, files))
         else:
             plain.append(plain_once(spark, settings, kind, files))
-            engine.append(snapshot_once(spark, settings, kind, timer))
+            engine.append(snapshot_once(spark, settings, kind, timer, verify_primary_key=verify_primary_key))
     engine_s = [run["seconds"] for run in engine]
     plain_s = [run["seconds"] for run in plain]
     steps = {step: round(median([run["steps_s"].get(step, 0.0) for run in engine]), 3)

@@ -44,6 +44,7 @@ def test_job_file_round_trip(tmp_path):
         ({"source": "s3://bucket/orders"}, "only local Delta tables"),
         ({"query": " "}, "query must be a non-empty"),
         ({"poll_interval": 0}, "poll_interval must be in"),
+        ({"verify_primary_key": "no"}, "verify_primary_key must be true or false"),
         ({"colour": "blue"}, "unknown field(s) colour"),
     ],
 )

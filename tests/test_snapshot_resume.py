@@ -111,3 +111,14 @@ def test_duplicate_primary_key_is_refused_and_nothing_is_committed(spark, tables
         run_snapshot(spark, job_for(tables), chunk_bytes=1)
     assert not os.path.isdir(os.path.join(tables["target"], "_delta_log"))
     assert not os.path.isdir(os.path.join(tables["target"], "data", "snapshot-e2"))
+
+
+def test_an_unverified_primary_key_is_taken_as_declared(spark, tables, caplog):
+    upstream_with_files(tables["source"], files=2)
+    duplicate = pa.table({"order_id": pa.array([17], pa.int64()), "amount": pa.array([30.0])})
+    write_deltalake(tables["source"], duplicate, mode="append")
+    job = job_for(tables).with_overrides(verify_primary_key=False)
+    with caplog.at_level("INFO", logger="airflow_backfill.engine.snapshot"):
+        result = run_snapshot(spark, job, chunk_bytes=1)
+    assert result.skipped is False and "not verified (verify_primary_key: false)" in caplog.text
+    assert DeltaTable(tables["target"]).to_pyarrow_table().column("order_id").to_pylist().count(17) == 2

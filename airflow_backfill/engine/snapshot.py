@@ -207,7 +207,10 @@ def _commit_snapshot(
         rows = commit_aggregate_snapshot(spark, job, plan, progress, upstream, schema, info)
         maybe_crash(PHASE, "after_commit")
         return rows
-    _refuse_duplicate_keys(spark, job, plan, done)
+    if job.verify_primary_key:
+        _refuse_duplicate_keys(spark, job, plan, done)
+    else:
+        log.info("primary-key uniqueness not verified (verify_primary_key: false)")
     actions, rows = [], 0
     for chunk in done:
         chunk_actions, chunk_rows = add_actions_for(job.target, os.path.join(job.target, chunk.data_dir))
