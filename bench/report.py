@@ -44,7 +44,8 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     if "speedup" in scaling:
         table.append((
             "2. snapshot scaling p1 -> p2",
-            f"{_fmt(scaling['speedup'])}x ({_fmt(scaling['p1_median_s'], ' s')} -> {_fmt(scaling['p2_median_s'], ' s')})",
+            f"{_fmt(scaling['speedup'])}x ({_fmt(scaling['p1_median_s'], ' s')} -> {_fmt(scaling['p2_median_s'], ' s')}; "
+            f"plain Spark {_fmt(scaling.get('plain_speedup'))}x)",
             ">= 1.6", _verdict(scaling["speedup"] >= 1.6),
         ))
     else:

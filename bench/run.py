@@ -161,7 +161,8 @@ def combine(children: list[ChildRun]) -> dict[str, Any]:
     if scaling and f"p{backfill_parallelism}" not in scaling and overhead.get("status") == "measured":
         scaling[f"p{backfill_parallelism}"] = {
             "parallelism": backfill_parallelism, "snapshot_s": overhead["engine_s"],
-            "snapshot_median_s": overhead["engine_median_s"], "reused": "snapshot_overhead engine runs",
+            "snapshot_median_s": overhead["engine_median_s"], "plain_median_s": overhead.get("plain_median_s"),
+            "steps_median_s": overhead.get("engine_steps_median_s"), "reused": "snapshot_overhead runs",
         }
     if scaling:
         result["scaling"] = _speedup(scaling)
@@ -174,11 +175,13 @@ def _speedup(scaling: dict[str, Any]) -> dict[str, Any]:
     if "p1" not in measured or len(measured) < 2:
         return {**scaling, "status": "failed: needs parallelism 1 and another one measured"}
     top = max(measured, key=lambda key: int(key[1:]))
+    plain = (measured["p1"].get("plain_median_s"), measured[top].get("plain_median_s"))
     return {
         **scaling,
         "p1_median_s": measured["p1"]["snapshot_median_s"],
         "p2_median_s": measured[top]["snapshot_median_s"],
         "speedup": round(measured["p1"]["snapshot_median_s"] / measured[top]["snapshot_median_s"], 3),
+        "plain_speedup": round(plain[0] / plain[1], 3) if all(plain) else None,
     }
 
 

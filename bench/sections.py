@@ -150,14 +150,13 @@ def _max_peak(runs: list[dict[str, Any]]) -> float | None:
 
 
 def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
-    """The stateless snapshot at this child's parallelism, `repeats` times."""
-    timer = PhaseTimer()
-    warm_up_kind(spark, settings, "stateless")
-    runs = [snapshot_once(spark, settings, "stateless", timer) for _ in range(settings.repeats)]
-    seconds = [run["seconds"] for run in runs]
-    return {"parallelism": settings.parallelism, "snapshot_s": seconds,
-            "snapshot_median_s": round(median(seconds), 3), "rows": runs[-1]["rows"],
-            "snapshot_peak_rss_mib": _max_peak(runs)}
+    """The stateless snapshot at this child's parallelism, `repeats` times, alternating with
+    the plain Spark job (whose own speed-up is the ceiling on this machine)."""
+    case = _compare(spark, settings, "stateless", upstream_files(settings.workspace.tables.lineitem, LOADED_EPOCH))
+    return {"parallelism": settings.parallelism, "snapshot_s": case["engine_s"],
+            "snapshot_median_s": case["engine_median_s"], "plain_median_s": case["plain_median_s"],
+            "steps_median_s": case["engine_steps_median_s"], "rows": case["rows"],
+            "snapshot_peak_rss_mib": case["engine_peak_rss_mib"]}
 
 
 @contextmanager

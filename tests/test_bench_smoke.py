@@ -89,12 +89,13 @@ def test_combine_reuses_the_overhead_runs_for_scaling_in_quick_mode() -> None:
         "_session": {"start_s": 8.0},
         "snapshot_overhead": {"parallelism": 2, "memory": {"peak_rss_mib": 900.0, "peak_jvm_rss_mib": 700.0},
                               "stateless": {"status": "measured", "engine_s": [5.0, 6.0, 7.0],
-                                            "engine_median_s": 6.0}},
+                                            "engine_median_s": 6.0, "plain_median_s": 4.0}},
     })
     steady = ChildRun(1, ("scaling",))
-    steady.results["scaling"] = {"parallelism": 1, "snapshot_median_s": 9.0, "memory": {"peak_rss_mib": 800.0}}
+    steady.results["scaling"] = {"parallelism": 1, "snapshot_median_s": 9.0, "plain_median_s": 7.0,
+                                 "memory": {"peak_rss_mib": 800.0}}
     result = combine([backfill, steady])
-    assert result["scaling"]["speedup"] == 1.5
+    assert result["scaling"]["speedup"] == 1.5 and result["scaling"]["plain_speedup"] == 1.75
     assert set(result["memory"]) == {"snapshot_overhead p2", "scaling p1"}
     assert "_session" not in result
 
@@ -143,7 +144,8 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
     aggregate = overhead["aggregate"]
     assert aggregate["status"] == "measured" and _numbers(aggregate["ratio"], aggregate["engine_median_s"])
 
-    assert _numbers(result["scaling"]["speedup"], result["scaling"]["p1_median_s"], result["scaling"]["p2_median_s"])
+    assert _numbers(result["scaling"]["speedup"], result["scaling"]["p1_median_s"], result["scaling"]["p2_median_s"],
+                    result["scaling"]["plain_speedup"])
     for share in ("0.01", "0.001"):
         case = result["catch_up"]["shares"][share]
         assert case["updated_rows"] >= 1 and _numbers(case["ratio"], case["catch_up_s"], case["recompute_s"])
