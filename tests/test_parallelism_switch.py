@@ -7,16 +7,19 @@ from __future__ import annotations
 import random
 
 import pytest
+import yaml
 from deltalake import DeltaTable
 
+from airflow_backfill.cli import main as cli_main
 from airflow_backfill.engine import catch_up as catch_up_module
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine import snapshot as snapshot_module
 from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.control import write_overrides
 from airflow_backfill.engine.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.engine.snapshot import run_snapshot
-from airflow_backfill.job import BackfillJob
+from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches
 
@@ -83,3 +86,39 @@ def test_commits_before_the_hand_over_use_the_backfill_parallelism(spark, tables
 
     checked = assert_every_commit_matches(job.source, job.target, QUERY, job.app_id, key=["order_id"])
     assert checked == len(commits)
+
+
+def test_an_alter_mid_snapshot_through_the_cli_shows_in_every_later_commit(spark, tables, tmp_path, monkeypatch):
+    """backfill_parallelism 2 and parallelism 1; `airflow-backfill alter` sets the backfill
+    parallelism to 1 after the snapshot's second chunk: the chunks after it, the catch-up
+    rounds and forward all commit at 1, and the snapshot commit records the switch."""
+    create_orders_table(tables["source"], rows=400, seed=31)
+    rng = random.Random(31)
+    for _ in range(3):  # insert-only epochs: one more upstream file, so one more chunk, each
+        commit_epoch(tables["source"], rng, inserts=100, updates=0, deletes=0)
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump({
+        "name": "alter_mid_snapshot", "query": QUERY, "primary_key": ["order_id"], **tables,
+        "backfill_parallelism": 2, "parallelism": 1, "lag_threshold": 0,
+    }))
+    job = load_job(job_file)
+
+    def alter_after_second_chunk(phase: str, at: str) -> None:
+        if at == "after_chunks=2":
+            assert cli_main(["alter", "--job", str(job_file), "--backfill-parallelism", "1"]) == 0
+
+    monkeypatch.setattr(snapshot_module, "maybe_crash", alter_after_second_chunk)
+    run_snapshot(spark, job, chunk_bytes=1)
+    monkeypatch.undo()
+    commit_epoch(tables["source"], rng, **EPOCH)
+    run_catch_up(spark, job)
+    commit_epoch(tables["source"], rng, **EPOCH)
+    run_forward(spark, job, bounds=ForwardBounds(max_epochs=1, idle_timeout=30))
+
+    commits = sorted(DeltaTable(job.target).history(), key=lambda c: c["version"])
+    phases = [c["airflow_backfill.phase"] for c in commits]
+    assert phases == ["snapshot", "catch_up", "forward"]
+    chunks = commits[0]["airflow_backfill.chunk_parallelism"].split(",")
+    assert len(chunks) == 4 and chunks == ["2", "2", "1", "1"]
+    assert [int(c["airflow_backfill.parallelism"]) for c in commits] == [1, 1, 1]
+    assert assert_every_commit_matches(job.source, job.target, QUERY, job.app_id, key=["order_id"]) == 3
