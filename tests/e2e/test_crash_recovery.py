@@ -109,7 +109,7 @@ def test_aggregate_killed_between_its_state_and_mv_commits(tmp_path, live_upstre
     job = tmp_path / "aggregate.yaml"
     job.write_text(yaml.safe_dump({
         "name": "orders_e2e", "query": AGGREGATE_QUERY, "primary_key": ["order_id"], **tables,
-        "backfill_parallelism": 2, "parallelism": 1, "lag_threshold": 0, "poll_interval": 0.2,
+        "backfill_parallelism": 2, "parallelism": 1, "lag_threshold": 2, "poll_interval": 0.2,
     }))
     if phase == "catch_up":
         assert run_phase("snapshot", job).returncode == 0
