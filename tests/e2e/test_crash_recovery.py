@@ -80,6 +80,19 @@ def test_snapshot_killed_after_chunks_then_before_commit(tmp_path, live_upstream
     assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
 
+def test_snapshot_killed_after_its_commit_is_not_redone(tmp_path, live_upstream):
+    tables = live_upstream
+    job = write_job(tmp_path, tables)
+    crashed = run_phase("snapshot", job, "snapshot:after_commit")
+    assert killed(crashed), crashed.stdout[-2000:]
+    committed = DeltaTable(tables["target"]).version()
+    rerun = run_phase("snapshot", job)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "snapshot skipped" in rerun.stdout + rerun.stderr
+    assert DeltaTable(tables["target"]).version() == committed == 0
+    assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
+
+
 @pytest.mark.parametrize("phase", ["catch_up", "forward"])
 @pytest.mark.parametrize("point", ["after_write", "after_commit"])
 def test_incremental_phase_killed_at_named_point(tmp_path, live_upstream, phase, point):
