@@ -38,9 +38,10 @@ MV_NAME = "bench_lineitem_mv"
 """The long-lived MV that catch-up creates and forward keeps fresh."""
 SNAPSHOT_STEPS = ("mv_schema", "_run_chunk", "_refuse_duplicate_keys", "create_mv")
 """Engine snapshot steps timed separately to say where the time goes."""
-APPLY_STEPS = ("check_schema_unchanged", "read_change_feed", "conform_changes", "merge_changes")
-"""Steps of one catch-up round or forward commit (engine/apply.py) timed separately; the
-rest of `apply_epochs` is Spark netting and mapping the changes (and collecting them)."""
+APPLY_STEPS = ("check_schema_unchanged", "read_change_feed", "conform_changes", "merge_state", "merge_changes")
+"""Steps of one catch-up round or forward commit timed separately (engine/apply.py, and
+engine/aggregate_apply.py for an aggregate's state and MV merges); the rest of
+`apply_epochs` is Spark netting and mapping the changes (and collecting them)."""
 
 
 @dataclass(frozen=True)
@@ -162,10 +163,10 @@ def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
 @contextmanager
 def timing_apply(timer: PhaseTimer) -> Iterator[PhaseTimer]:
     """Time `apply_epochs` (as catch-up and forward call it) and its steps."""
-    from airflow_backfill.engine import apply, catch_up, forward
+    from airflow_backfill.engine import aggregate_apply, apply, catch_up, forward
 
-    with timer.wrapping(apply, APPLY_STEPS), timer.wrapping(catch_up, ("apply_epochs",)), \
-            timer.wrapping(forward, ("apply_epochs",)):
+    with timer.wrapping(apply, APPLY_STEPS), timer.wrapping(aggregate_apply, APPLY_STEPS), \
+            timer.wrapping(catch_up, ("apply_epochs",)), timer.wrapping(forward, ("apply_epochs",)):
         yield timer
 
 

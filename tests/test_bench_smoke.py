@@ -154,6 +154,8 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
     assert all(pair["inserted_lineitems"] >= 1 and pair["deleted_lineitems"] >= 1 and pair["change_rows"] >= 2
                for pair in refresh["refresh_pairs"])
     assert _numbers(refresh["speedup"], refresh["catch_up_median_s"], refresh["recompute_median_s"])
+    steps = refresh["refresh_pairs"][0]["round_steps_s"]
+    assert steps["merge_state"] > 0 and steps["merge_changes"] > 0, steps
 
     freshness = result["freshness"]
     assert freshness["epochs"] == 4 and freshness["epochs_reflected"] == 4
