@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, TaskGroup, TriggerRule
+from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule
 
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -40,6 +40,27 @@ def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
     job = as_job(job)
     uri = job.target if "://" in job.target else f"file://{job.target}"
     return Asset(name=f"airflow_backfill/{job.name}", uri=uri)
+
+
+FORWARD_BOUNDS_FROM_PARAMS: dict[str, str] = {
+    "forward_max_epochs": "{{ params.forward_max_epochs }}",
+    "forward_idle_timeout": "{{ params.forward_idle_timeout }}",
+}
+"""`backfill_task_group` arguments that take forward's bounds from the DAG's params
+(see `forward_bound_params`), so a manual trigger can change or lift them."""
+
+
+def forward_bound_params(max_epochs: int | None, idle_timeout: float | None) -> dict[str, Param]:
+    """DAG params for forward's bounds, defaulting to the given values; `null` lifts a bound.
+
+    Bounds let `airflow dags test` finish; trigger with
+    `--conf '{"forward_max_epochs": null, "forward_idle_timeout": null}'` to run forward
+    until the task is stopped.
+    """
+    return {
+        "forward_max_epochs": Param(max_epochs, type=["null", "integer"], minimum=1),
+        "forward_idle_timeout": Param(idle_timeout, type=["null", "number"], exclusiveMinimum=0),
+    }
 
 
 def backfill_task_group(

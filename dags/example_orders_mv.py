@@ -15,10 +15,10 @@ The same job as a YAML file: jobs/orders_mv.yaml.
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from airflow_backfill.job import BackfillJob
-from airflow_backfill.task_group import backfill_task_group
+from airflow_backfill.task_group import FORWARD_BOUNDS_FROM_PARAMS, backfill_task_group, forward_bound_params
 
 # [START example_orders_mv_job]
 ORDERS_MV = BackfillJob(
@@ -42,15 +42,8 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params={
-        "forward_max_epochs": Param(3, type=["null", "integer"], minimum=1),
-        "forward_idle_timeout": Param(30, type=["null", "number"], exclusiveMinimum=0),
-    },
+    params=forward_bound_params(max_epochs=3, idle_timeout=30),
     tags=["airflow_backfill", "example"],
 ) as dag:
-    backfill_task_group(
-        ORDERS_MV,
-        forward_max_epochs="{{ params.forward_max_epochs }}",
-        forward_idle_timeout="{{ params.forward_idle_timeout }}",
-    )
+    backfill_task_group(ORDERS_MV, **FORWARD_BOUNDS_FROM_PARAMS)
 # [END example_orders_mv_dag]

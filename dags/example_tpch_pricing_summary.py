@@ -18,10 +18,15 @@ Tables live under $AIRFLOW_BACKFILL_HOME (default ~/airflow_backfill).
 from __future__ import annotations
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from airflow_backfill.job import BackfillJob
-from airflow_backfill.task_group import backfill_task_group, caught_up
+from airflow_backfill.task_group import (
+    FORWARD_BOUNDS_FROM_PARAMS,
+    backfill_task_group,
+    caught_up,
+    forward_bound_params,
+)
 
 # [START example_tpch_jobs]
 PRICING_SUMMARY = BackfillJob(
@@ -74,17 +79,10 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
-    params={
-        "forward_max_epochs": Param(2, type=["null", "integer"], minimum=1),
-        "forward_idle_timeout": Param(20, type=["null", "number"], exclusiveMinimum=0),
-    },
+    params=forward_bound_params(max_epochs=2, idle_timeout=20),
     tags=["airflow_backfill", "example", "tpch"],
 ) as dag:
-    bounds = {
-        "forward_max_epochs": "{{ params.forward_max_epochs }}",
-        "forward_idle_timeout": "{{ params.forward_idle_timeout }}",
-    }
-    summary = backfill_task_group(PRICING_SUMMARY, group_id="pricing_summary", **bounds)
-    totals = backfill_task_group(LINESTATUS_TOTALS, group_id="linestatus_totals", **bounds)
+    summary = backfill_task_group(PRICING_SUMMARY, group_id="pricing_summary", **FORWARD_BOUNDS_FROM_PARAMS)
+    totals = backfill_task_group(LINESTATUS_TOTALS, group_id="linestatus_totals", **FORWARD_BOUNDS_FROM_PARAMS)
     caught_up(summary) >> totals  # the summary's forward keeps running meanwhile
 # [END example_tpch_dag]

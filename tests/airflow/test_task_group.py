@@ -68,6 +68,9 @@ def test_example_dags_import_without_errors(monkeypatch, tmp_path):
     bag = DagBag(dag_folder=str(ROOT / "dags"))
     assert bag.import_errors == {}
     assert {"example_orders_mv", "example_tpch_pricing_summary"} <= set(bag.dag_ids)
+    orders_dag = bag.get_dag("example_orders_mv")
+    assert orders_dag.params["forward_max_epochs"] == 3 and orders_dag.params["forward_idle_timeout"] == 30
+    assert orders_dag.get_task("orders_mv.forward").max_epochs == "{{ params.forward_max_epochs }}"
     tpch_dag = bag.get_dag("example_tpch_pricing_summary")
     assert tpch_dag.get_task("linestatus_totals.pin_epoch").upstream_task_ids == {"pricing_summary.wait_caught_up"}
 
