@@ -2,16 +2,16 @@
 
 A round's cost follows the change, not the upstream:
 
-1. the change feed of the range becomes signed rows (+1 arriving, -1 leaving) and is
-   aggregated per touched group into a delta (`aggregate_sql.delta_sql`);
-2. the old state of just those groups is read from the state table and the delta added:
-   counts and sums are exact; MIN/MAX keep the old extreme unless a removed value may
-   have been it;
+1. the change feed of the range becomes signed rows (+1 arriving, -1 leaving) and Spark
+   aggregates them per touched group into a delta (`aggregate_sql.delta_sql`);
+2. the old state of just those groups is read from the state table on the driver and
+   joined to the delta; Spark adds them up: counts and sums are exact; MIN/MAX keep the
+   old extreme unless a removed value may have been it;
 3. only the groups whose MIN/MAX may have moved, and groups with a COUNT(DISTINCT),
    are recomputed from the upstream as of the new epoch (its files listed by the Delta
    log, semi-joined with the broadcast group keys) — a query with only COUNT, SUM and
    AVG never reads the upstream's files;
-4. one Spark action returns, per touched group, its new state and the MV change it
+4. one projection (folded by Spark while planning) returns, per touched group, its new state and the MV change it
    causes (its MV row from the new state against the one from the old state, carried
    in the same row); the state is committed (groups at zero rows deleted), then the MV
    changes, both with the new epoch as watermark (see `aggregate_state` for why two
@@ -25,19 +25,24 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from airflow_backfill.engine import aggregate_sql as sql
+from airflow_backfill.engine.aggregate_delta import range_delta
 from airflow_backfill.engine.aggregate_state import (
     commit_state_watermark,
     merge_state,
+    open_state,
     read_delta,
     read_state,
-    require_state_watermark,
+    read_state_rows,
+    require_state,
     state_struct,
 )
 from airflow_backfill.engine.aggregate_view import cast_to, mv_changes, value_types, visible_rows
-from airflow_backfill.engine.changes import signed_changes
-from airflow_backfill.engine.delta_log import open_upstream
+from airflow_backfill.engine.arrow_join import left_join_null_safe
+from airflow_backfill.engine.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from airflow_backfill.engine.delta_log import arrow_schema, load_table, open_upstream
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.mv_commit import (
     PRESENT,
@@ -60,10 +65,9 @@ log = logging.getLogger(__name__)
 
 _FLAGS = (sql.EXISTED, sql.RECOMPUTE)
 
-_DELTA, _STATE, _OLD, _NEW, _KEYS, _RECOMPUTED, _TOUCHED = (
-    "__airflow_backfill_delta", "__airflow_backfill_state_all", "__airflow_backfill_old",
-    "__airflow_backfill_new", "__airflow_backfill_keys", "__airflow_backfill_recomputed",
-    "__airflow_backfill_touched",
+_TOUCHED, _NEW, _KEYS, _RECOMPUTED = (
+    "__airflow_backfill_touched", "__airflow_backfill_new", "__airflow_backfill_keys",
+    "__airflow_backfill_recomputed",
 )
 
 
@@ -75,9 +79,9 @@ def recover_state_ahead(
     Returns the MV's watermark afterwards. The MV rows are recomputed from the whole
     state and diffed with the whole MV: a full read of both, paid only after a crash.
     """
-    state_watermark = require_state_watermark(job)
+    state, state_watermark = require_state(job)
     aggregate = _aggregate(plan)
-    state_struct(job, [*sql.key_columns(aggregate), *sql.state_value_columns(aggregate)])
+    state_struct(job, [*sql.key_columns(aggregate), *sql.state_value_columns(aggregate)], state)
     if state_watermark == mv_watermark:
         return mv_watermark
     if state_watermark < mv_watermark:
@@ -88,44 +92,37 @@ def recover_state_ahead(
         )
     log.warning("aggregate state is at epoch %s, the MV at %s (a run stopped between the two commits): "
                 "bringing the MV up to the state", state_watermark, mv_watermark)
-    mv_schema = _mv_struct(job)
+    target = load_table(job.target)
+    mv_schema = _spark_schema(arrow_schema(target))
     upstream = _upstream_struct(job.source, state_watermark)
     new_rows = visible_rows(spark, aggregate, read_state(spark, job), value_types(spark, aggregate, upstream),
                             mv_schema)
     old_rows = cast_to(read_delta(spark, job.target), mv_schema)
-    changes = conform_changes(mv_changes(old_rows, new_rows, plan.mv_key).toArrow(), job.target)
+    changes = conform_changes(mv_changes(old_rows, new_rows, plan.mv_key).toArrow(), target)
     info = CommitInfo(phase=phase, epoch=state_watermark, parallelism=parallelism, rows=changes.num_rows,
                       extra={"recovered_from_state": "true"})
-    merge_changes(job, changes, plan.mv_key, info, null_safe_keys=True, deletes_known=True)
+    merge_changes(job, changes, plan.mv_key, info, null_safe_keys=True, deletes_known=True, table=target)
     return state_watermark
 
 
 def apply_aggregate_changes(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, changes: DataFrame, end_version: int, *,
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, feed: pa.Table, end_version: int, *,
     phase: str, parallelism: int,
 ) -> int:
     """Fold the change rows of one range into the state and the MV; returns MV rows changed."""
     aggregate = _aggregate(plan)
-    types = value_types(spark, aggregate, _without_feed_columns(changes.schema))
-    mv_schema = _mv_struct(job)
-    cached: list[DataFrame] = []
-    try:
-        touched = _touched_groups(spark, job, aggregate, changes, end_version, cached)
-        touched.createOrReplaceTempView(_TOUCHED)
-        mv_types = [field.dataType.simpleString() for field in mv_schema.fields]
-        rows = spark.sql(sql.changes_sql(aggregate, _TOUCHED, types, mv_types)).toArrow()
-    finally:
-        for frame in cached:
-            frame.unpersist()
+    target, state = load_table(job.target), open_state(job)
+    mv_schema = _spark_schema(arrow_schema(target))
+    rows = _touched_groups(spark, job, aggregate, feed, end_version, state, mv_schema)
     state_changes = _state_changes(aggregate, rows, job)
-    mv_rows = _mv_changes(rows, mv_schema, job)
+    mv_rows = _mv_changes(rows, mv_schema, target)
     maybe_crash(phase, "after_write")
     state_info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=state_changes.num_rows)
-    merge_state(job, state_changes, sql.key_columns(aggregate), state_info)
+    merge_state(job, state, state_changes, sql.key_columns(aggregate), state_info)
     maybe_crash(phase, "after_state_commit")
     info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=mv_rows.num_rows,
                       extra={"groups_changed": str(state_changes.num_rows)})
-    merge_changes(job, mv_rows, plan.mv_key, info, null_safe_keys=True, deletes_known=True)
+    merge_changes(job, mv_rows, plan.mv_key, info, null_safe_keys=True, deletes_known=True, table=target)
     maybe_crash(phase, "after_commit")
     return mv_rows.num_rows
 
@@ -142,31 +139,72 @@ def commit_watermarks_only(job: BackfillJob, end_version: int, *, phase: str, pa
 
 
 def _touched_groups(
-    spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, changes: DataFrame, end_version: int,
-    cached: list[DataFrame],
-) -> DataFrame:
-    """New state (old state alongside) of each group the changes touch, as a lazy DataFrame.
+    spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, feed: pa.Table, end_version: int,
+    state: DeltaTable, mv_schema: StructType,
+) -> pa.Table:
+    """Per group the changes touch: its new state and the MV change it causes (`changes_sql`).
 
-    Only when the query has MIN/MAX/COUNT(DISTINCT) is something computed here: whether
-    any group needs them recomputed, so that the upstream is read only then.
+    The old state of the touched groups is read and joined to the delta on the driver,
+    so what follows is a projection of a local relation, which Spark folds while
+    planning. The upstream is read only when a MIN, MAX or COUNT(DISTINCT) must be
+    recomputed for some group.
     """
-    signed_changes(changes).createOrReplaceTempView("source")
-    spark.sql(sql.delta_sql(aggregate)).createOrReplaceTempView(_DELTA)
-    read_state(spark, job).createOrReplaceTempView(_STATE)
-    keys = ", ".join(sql.key_columns(aggregate))
-    same = " AND ".join(f"o.{c} <=> d.{c}" for c in sql.key_columns(aggregate))
-    spark.sql(
-        f"SELECT /*+ BROADCAST(d) */ o.* FROM {_STATE} o LEFT SEMI JOIN (SELECT {keys} FROM {_DELTA}) d ON {same}"
-    ).createOrReplaceTempView(_OLD)
-    schema = state_struct(job, [*sql.key_columns(aggregate), *sql.state_value_columns(aggregate)])
+    keys = sql.key_columns(aggregate)
+    schema = state_struct(job, [*keys, *sql.state_value_columns(aggregate)], state)
+    delta = range_delta(spark, aggregate, feed, schema)
+    old = read_state_rows(state, delta.select(keys))
+    old = old.rename_columns([c if c in keys else f"{sql.OLD}{c}" for c in old.column_names])
+    spark.createDataFrame(left_join_null_safe(delta, old, keys)).createOrReplaceTempView(_TOUCHED)
+    state_types = [(field.name, field.dataType.simpleString()) for field in schema.fields]
     carried = (*_FLAGS, *sql.old_columns(aggregate))
-    new = cast_to(spark.sql(sql.new_state_sql(aggregate, _DELTA, _OLD)), schema, keep=carried)
-    if not aggregate.needs_recompute:
-        return new
-    # Referenced twice below (flagged keys, and the rows they complete): computed once.
-    new = new.cache()
-    cached.append(new)
+    new_state = (f"SELECT {', '.join(sql.cast_expressions(state_types, carried))} "
+                 f"FROM ({sql.new_state_sql(aggregate, _TOUCHED)}) s")
+    new = f"({new_state}) n"  # one statement, one analysis, when nothing is recomputed
+    if aggregate.needs_recompute:
+        _with_recomputed(spark, job, aggregate, spark.sql(new_state), end_version, schema, carried) \
+            .createOrReplaceTempView(_NEW)
+        new = _NEW
+    types = value_types(spark, aggregate, _upstream_columns(feed.schema))
+    mv_types = [field.dataType.simpleString() for field in mv_schema.fields]
+    return _collect(spark.sql(sql.changes_sql(aggregate, new, types, mv_types)), delta.num_rows)
+
+
+_COLLECTED_ROWS = 10_000
+"""Touched groups up to which a round's result is collected as rows rather than as Arrow."""
+
+
+def _collect(frame: DataFrame, rows: int) -> pa.Table:
+    """`frame`'s rows as an Arrow table.
+
+    A few rows of a projection of a local relation are already computed when Spark
+    plans it, and collecting them as rows runs no job, whereas `toArrow` always runs one.
+    Types that Python rows do not carry faithfully (timestamps become local times) and
+    larger results go through `toArrow`.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(frame.schema)
+    if rows > _COLLECTED_ROWS or not all(_collectable(field.type) for field in schema):
+        return frame.toArrow()
+    columns = list(zip(*frame.collect(), strict=True)) or [() for _ in schema]
+    return pa.table([pa.array(values, field.type) for values, field in zip(columns, schema, strict=True)],
+                    schema=schema)
+
+
+def _collectable(data_type: pa.DataType) -> bool:
+    return (pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or pa.types.is_decimal(data_type)
+            or pa.types.is_boolean(data_type) or pa.types.is_string(data_type)
+            or pa.types.is_large_string(data_type) or pa.types.is_date32(data_type))
+
+
+def _with_recomputed(
+    spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, new: DataFrame, end_version: int,
+    schema: StructType, carried: tuple[str, ...],
+) -> DataFrame:
+    """`new` with the MIN/MAX/COUNT(DISTINCT) of flagged groups read from the upstream
+    as of `end_version` (its files listed by the Delta log, semi-joined with the keys)."""
     new.createOrReplaceTempView(_NEW)
+    keys = ", ".join(sql.key_columns(aggregate))
     flagged = spark.sql(f"SELECT {keys} FROM {_NEW} WHERE {sql.RECOMPUTE}")
     if flagged.isEmpty():  # e.g. inserts only, for MIN/MAX: the upstream is not read
         return new
@@ -192,14 +230,14 @@ def _state_changes(aggregate: AggregateQuery, rows: pa.Table, job: BackfillJob) 
     return changed.select(columns).append_column(PRESENT, present)
 
 
-def _mv_changes(rows: pa.Table, mv_schema: StructType, job: BackfillJob) -> pa.Table:
+def _mv_changes(rows: pa.Table, mv_schema: StructType, target: DeltaTable) -> pa.Table:
     """The MV rows to upsert or delete, named and typed as the MV."""
     change = rows[sql.MV_CHANGE]
     changed = rows.filter(pc.is_valid(change))
     present = pc.if_else(pc.equal(changed[sql.MV_CHANGE], "upsert"), True, None)
     columns = [changed[sql.mv_column(i)] for i in range(len(mv_schema.fields))]
     names = [field.name for field in mv_schema.fields]
-    return conform_changes(pa.table([*columns, present], names=[*names, PRESENT]), job.target)
+    return conform_changes(pa.table([*columns, present], names=[*names, PRESENT]), target)
 
 
 def _aggregate(plan: QueryPlan) -> AggregateQuery:
@@ -208,27 +246,17 @@ def _aggregate(plan: QueryPlan) -> AggregateQuery:
     return plan.aggregate
 
 
-def _mv_struct(job: BackfillJob) -> StructType:
-    from deltalake import DeltaTable
+def _spark_schema(schema: pa.Schema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from airflow_backfill.engine.delta_log import arrow_schema
-
-    return from_arrow_schema(arrow_schema(DeltaTable(job.target)))
+    return from_arrow_schema(schema)
 
 
 def _upstream_struct(source: str, version: int) -> StructType:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    from airflow_backfill.engine.delta_log import arrow_schema
-
-    return from_arrow_schema(arrow_schema(open_upstream(source, version)))
+    return _spark_schema(arrow_schema(open_upstream(source, version)))
 
 
-def _without_feed_columns(schema: StructType) -> StructType:
-    from pyspark.sql.types import StructType
-
-    from airflow_backfill.engine.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
-
-    feed = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP}
-    return StructType([field for field in schema.fields if field.name not in feed])
+def _upstream_columns(feed: pa.Schema) -> StructType:
+    """The upstream's columns of a change feed, as a Spark schema."""
+    feed_columns = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP}
+    return _spark_schema(pa.schema([field for field in feed if field.name not in feed_columns]))

@@ -16,6 +16,9 @@ compared with `<=>`, so a NULL key is one group, as in GROUP BY.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping, Sequence
+
 import sqlglot
 from sqlglot import exp
 
@@ -77,14 +80,22 @@ def _same_group(aggregate: AggregateQuery, left: str, right: str) -> str:
     return " AND ".join(f"{left}.{c} <=> {right}.{c}" for c in key_columns(aggregate))
 
 
-def row_sql(aggregate: AggregateQuery, *, signed: bool = False) -> str:
-    """One row per upstream row passing WHERE: its group keys and aggregate arguments."""
+def row_sql(aggregate: AggregateQuery, *, signed: bool = False, relation: str = "source") -> str:
+    """One row per row of `relation` (the upstream's rows, or its signed change rows)
+    passing WHERE: its group keys and aggregate arguments."""
     columns = [f"{expr} AS __g{i}" for i, expr in enumerate(aggregate.group_by)]
     columns += [f"{expr} AS __x{j}" for j, expr in enumerate(aggregate.arguments)]
     if signed:
         columns.append(SIGN)
     where = f" WHERE {aggregate.where}" if aggregate.where else ""
-    return f"SELECT {', '.join(columns)} FROM source{where}"
+    return f"SELECT {', '.join(columns)} FROM {relation}{where}"
+
+
+def row_columns(aggregate: AggregateQuery) -> frozenset[str]:
+    """Lower-cased names the row-level parts (WHERE, GROUP BY keys, arguments) refer to,
+    as a column or as the struct a field is read from: change rows need no other column."""
+    tree = sqlglot.parse_one(row_sql(aggregate), read="spark")
+    return frozenset(part.name.lower() for column in tree.find_all(exp.Column) for part in column.parts)
 
 
 def state_sql(aggregate: AggregateQuery, *, partial: bool = False) -> str:
@@ -112,68 +123,90 @@ def combine_sql(aggregate: AggregateQuery, partials_view: str) -> str:
     return f"SELECT {keys}, {', '.join(columns)} FROM {partials_view} GROUP BY {keys}"
 
 
-def delta_sql(aggregate: AggregateQuery) -> str:
-    """Per group touched by the signed change rows in `source`: what the changes add.
+def delta_parts(aggregate: AggregateQuery) -> list[tuple[str, str, str]]:
+    """(column, per-row term, how the terms of a group combine: sum, min or max) of each
+    column of a range's delta, in table order. The terms read `row_sql(signed=True)`.
 
     Counts and sums are signed sums. For MIN/MAX the extreme of the added values
     (`_ins`) and of the removed values (`_del`) tell whether the old extreme survives.
     """
-    columns = [f"SUM({SIGN}) AS {ROWS}"]
+    parts = [(ROWS, SIGN, "sum")]
     for j in range(len(aggregate.arguments)):
         functions = aggregate.functions_of(j)
         x = f"__x{j}"
         if functions & {COUNT, SUM, AVG}:
-            columns.append(f"SUM(IF({x} IS NULL, 0, {SIGN})) AS __n{j}")
+            parts.append((f"__n{j}", f"IF({x} IS NULL, 0, {SIGN})", "sum"))
         if functions & {SUM, AVG}:
-            columns.append(f"SUM(IF({SIGN} > 0, {x}, -{x})) AS __s{j}")
-        for function, extreme in ((MIN, "MIN"), (MAX, "MAX")):
+            parts.append((f"__s{j}", f"IF({SIGN} > 0, {x}, -{x})", "sum"))
+        for function in (MIN, MAX):
             if function in functions:
-                columns.append(f"{extreme}(IF({SIGN} > 0, {x}, NULL)) AS __{function}{j}_ins")
-                columns.append(f"{extreme}(IF({SIGN} < 0, {x}, NULL)) AS __{function}{j}_del")
+                parts.append((f"__{function}{j}_ins", f"IF({SIGN} > 0, {x}, NULL)", function))
+                parts.append((f"__{function}{j}_del", f"IF({SIGN} < 0, {x}, NULL)", function))
+    return parts
+
+
+def delta_sql(aggregate: AggregateQuery, changes_view: str) -> str:
+    """Per group touched by the signed change rows in `changes_view`: what the changes add."""
+    columns = [f"{combine.upper()}({term}) AS {column}" for column, term, combine in delta_parts(aggregate)]
     keys = _keys(aggregate)
-    return f"SELECT {keys}, {', '.join(columns)} FROM ({row_sql(aggregate, signed=True)}) r GROUP BY {keys}"
+    rows = row_sql(aggregate, signed=True, relation=changes_view)
+    return f"SELECT {keys}, {', '.join(columns)} FROM ({rows}) r GROUP BY {keys}"
+
+
+def delta_terms_sql(aggregate: AggregateQuery, changes_view: str, sum_types: Mapping[str, str]) -> str:
+    """`delta_sql` before grouping: each change row's keys and terms, for the caller to
+    combine per group. A summed term is cast to `sum_types[column]`, the type SUM gives
+    it, so the combined values have the types Spark's aggregate would give them."""
+    columns = [
+        f"CAST({term} AS {sum_types[column]}) AS {column}" if combine == "sum" else f"{term} AS {column}"
+        for column, term, combine in delta_parts(aggregate)
+    ]
+    rows = row_sql(aggregate, signed=True, relation=changes_view)
+    return f"SELECT {_keys(aggregate)}, {', '.join(columns)} FROM ({rows}) r"
 
 
 def _extreme_lost(function: str, j: int) -> str:
     """True when a removed value may have been the group's MIN (MAX): it must be recomputed."""
     compare = "<=" if function == MIN else ">="
-    removed, old = f"d.__{function}{j}_del", f"o.__{function}{j}"
+    removed, old = f"__{function}{j}_del", f"{OLD}__{function}{j}"
     return f"({removed} IS NOT NULL AND ({old} IS NULL OR {removed} {compare} {old}))"
 
 
-def new_state_sql(aggregate: AggregateQuery, delta_view: str, old_view: str) -> str:
+def new_state_sql(aggregate: AggregateQuery, touched_view: str) -> str:
     """The new state of every touched group: old state (if any) plus the delta.
 
+    `touched_view` has one row per group of `delta_sql` with that group's old state
+    alongside, its columns prefixed `__old` (all NULL for a group without state).
     MIN/MAX keep `least`/`greatest` of the old extreme and the added values unless a
     removed value may have been the extreme; COUNT(DISTINCT) is always recomputed. Those
-    groups get `__recompute` and a NULL placeholder, filled by `recomputed_state_sql`.
+    groups get `__recompute` and a NULL placeholder, filled by `with_recomputed_sql`.
+    The old state is carried along, for `changes_sql`.
     """
-    rows = f"COALESCE(o.{ROWS}, 0) + d.{ROWS}"
+    rows = f"COALESCE({OLD}{ROWS}, 0) + {ROWS}"
     columns = [f"{rows} AS {ROWS}"]
     recompute: list[str] = []
     for j in range(len(aggregate.arguments)):
         functions = aggregate.functions_of(j)
-        count = f"COALESCE(o.__n{j}, 0) + d.__n{j}"
+        count = f"COALESCE({OLD}__n{j}, 0) + __n{j}"
         if functions & {COUNT, SUM, AVG}:
             columns.append(f"{count} AS __n{j}")
         if functions & {SUM, AVG}:
-            columns.append(f"IF({count} > 0, COALESCE(o.__s{j}, 0) + COALESCE(d.__s{j}, 0), NULL) AS __s{j}")
+            columns.append(f"IF({count} > 0, COALESCE({OLD}__s{j}, 0) + COALESCE(__s{j}, 0), NULL) AS __s{j}")
         for function, combine in ((MIN, "least"), (MAX, "greatest")):
             if function in functions:
                 lost = _extreme_lost(function, j)
                 recompute.append(lost)
-                columns.append(f"IF({lost}, NULL, {combine}(o.__{function}{j}, d.__{function}{j}_ins)) AS __{function}{j}")
+                columns.append(
+                    f"IF({lost}, NULL, {combine}({OLD}__{function}{j}, __{function}{j}_ins)) AS __{function}{j}"
+                )
         if COUNT_DISTINCT in functions:
             recompute.append("true")
             columns.append(f"CAST(NULL AS BIGINT) AS __d{j}")
     needs = " OR ".join(recompute) if recompute else "false"
-    columns.append(f"o.{ROWS} IS NOT NULL AS {EXISTED}")
+    columns.append(f"{OLD}{ROWS} IS NOT NULL AS {EXISTED}")
     columns.append(f"({rows} > 0 AND ({needs})) AS {RECOMPUTE}")
-    columns += [f"o.{c} AS {OLD}{c}" for c in state_value_columns(aggregate)]
-    return (
-        f"SELECT {_keys(aggregate, 'd')}, {', '.join(columns)} "
-        f"FROM {delta_view} d LEFT JOIN {old_view} o ON {_same_group(aggregate, 'd', 'o')}"
-    )
+    columns += old_columns(aggregate)
+    return f"SELECT {_keys(aggregate)}, {', '.join(columns)} FROM {touched_view}"
 
 
 def recomputed_columns(aggregate: AggregateQuery) -> list[str]:
@@ -248,9 +281,20 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def _over_state(expression: str, aggregate: AggregateQuery, value_types: list[str], prefix: str) -> str:
+def cast_expressions(columns: Sequence[tuple[str, str]], keep: Sequence[str] = ()) -> list[str]:
+    """Select-list items casting each (name, Spark SQL type) column to its type, then the
+    `keep` columns as they are."""
+    casts = [f"CAST({quote(name)} AS {type_}) AS {quote(name)}" for name, type_ in columns]
+    return [*casts, *(quote(name) for name in keep)]
+
+
+@functools.lru_cache(maxsize=256)
+def _over_state(expression: str, aggregate: AggregateQuery, value_types: tuple[str, ...], prefix: str) -> str:
     """An output or HAVING expression with each `__v<k>` replaced by its value from the
-    state columns named `<prefix>...` (cast to the aggregate's own result type)."""
+    state columns named `<prefix>...` (cast to the aggregate's own result type).
+
+    Cached: every round of a job rewrites the same expressions.
+    """
     def replace(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and not node.table and node.name.startswith("__v"):
             k = int(node.name[3:])
@@ -263,14 +307,14 @@ def _over_state(expression: str, aggregate: AggregateQuery, value_types: list[st
 
 def _shown(aggregate: AggregateQuery, value_types: list[str], prefix: str) -> str:
     """True for a state row the MV shows: the group has rows and passes HAVING."""
-    having = f" AND COALESCE({_over_state(aggregate.having, aggregate, value_types, prefix)}, false)" \
+    having = f" AND COALESCE({_over_state(aggregate.having, aggregate, tuple(value_types), prefix)}, false)" \
         if aggregate.having else ""
     return f"(COALESCE({prefix}{ROWS}, 0) > 0{having})"
 
 
 def _outputs(aggregate: AggregateQuery, value_types: list[str], mv_types: list[str], prefix: str) -> list[str]:
     return [
-        f"CAST({_over_state(projection, aggregate, value_types, prefix)} AS {mv_type})"
+        f"CAST({_over_state(projection, aggregate, tuple(value_types), prefix)} AS {mv_type})"
         for projection, mv_type in zip(aggregate.projections, mv_types, strict=True)
     ]
 
@@ -298,7 +342,7 @@ def mv_column(i: int) -> str:
     return f"__mv{i}"
 
 
-def changes_sql(aggregate: AggregateQuery, new_view: str, value_types: list[str], mv_types: list[str]) -> str:
+def changes_sql(aggregate: AggregateQuery, new_relation: str, value_types: list[str], mv_types: list[str]) -> str:
     """Per touched group: its new state, its MV row computed from the new state, and
     whether that row is an upsert, a delete or no MV change (from the old state's row).
 
@@ -314,4 +358,4 @@ def changes_sql(aggregate: AggregateQuery, new_view: str, value_types: list[str]
     )
     columns = [*key_columns(aggregate), *state_value_columns(aggregate), EXISTED]
     columns += [f"{output} AS {mv_column(i)}" for i, output in enumerate(new_outputs)]
-    return f"SELECT {', '.join(columns)}, {change} AS {MV_CHANGE} FROM {new_view}"
+    return f"SELECT {', '.join(columns)}, {change} AS {MV_CHANGE} FROM {new_relation}"

@@ -24,9 +24,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from airflow_backfill.engine.delta_log import arrow_schema, table_exists
+from airflow_backfill.engine.delta_log import arrow_schema, load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.engine.mv_commit import (
     CommitInfo,
@@ -53,24 +54,17 @@ def state_uri(target: str) -> str:
     return os.path.join(state_dir(target), STATE_TABLE)
 
 
-def state_watermark(job: BackfillJob) -> int | None:
-    """The epoch the state reflects; None when there is no state table."""
+def require_state(job: BackfillJob) -> tuple[DeltaTable, int]:
+    """The state table and its watermark, or an error saying how to recover when it is gone."""
     uri = state_uri(job.target)
-    if not table_exists(uri):
-        return None
-    version = DeltaTable(uri).transaction_version(job.app_id)
-    return None if version is None else int(version)
-
-
-def require_state_watermark(job: BackfillJob) -> int:
-    """The state's watermark, or an error saying how to recover when it is gone."""
-    watermark = state_watermark(job)
-    if watermark is None:
+    table = load_table(uri) if table_exists(uri) else None
+    version = table.transaction_version(job.app_id) if table is not None else None
+    if table is None or version is None:
         raise TargetError(
-            f"the aggregate state of MV {job.target} ({state_uri(job.target)}) is missing: it is needed "
+            f"the aggregate state of MV {job.target} ({uri}) is missing: it is needed "
             "to maintain an aggregate. Rebuild the MV: delete the target and rerun the snapshot."
         )
-    return watermark
+    return table, int(version)
 
 
 def discard_state(target: str) -> bool:
@@ -101,7 +95,32 @@ def read_state(spark: SparkSession, job: BackfillJob) -> DataFrame:
     return read_delta(spark, state_uri(job.target))
 
 
-def state_struct(job: BackfillJob, columns: list[str]) -> StructType:
+def open_state(job: BackfillJob) -> DeltaTable:
+    """The state table, loaded once per round and shared by its reads and its commit."""
+    return load_table(state_uri(job.target))
+
+
+def read_state_rows(table: DeltaTable, keys: pa.Table) -> pa.Table:
+    """The state rows of the groups in `keys` (a superset: groups sharing their first key
+    value), read on the driver.
+
+    A round touches few groups, so this is a filtered scan of the state's files, batch
+    by batch, without a Spark job. Files written by Spark and by delta-rs may differ in
+    physical string types: each batch is cast to the table's schema before filtering.
+    """
+    schema = pa.schema([field.with_nullable(True) for field in arrow_schema(table)])
+    first = keys.column_names[0]
+    candidates = pc.unique(keys[first].cast(schema.field(first).type))
+    batches = []
+    for batch in table.to_pyarrow_dataset().to_batches():
+        rows = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+        hits = rows.filter(pc.is_in(rows[first], value_set=candidates, skip_nulls=False))
+        if hits.num_rows:
+            batches.append(hits)
+    return pa.concat_tables(batches) if batches else schema.empty_table()
+
+
+def state_struct(job: BackfillJob, columns: list[str], table: DeltaTable | None = None) -> StructType:
     """The state table's schema as a Spark schema, checked to hold exactly `columns`.
 
     Another set of columns means the job's query changed since the MV was built: its
@@ -109,7 +128,7 @@ def state_struct(job: BackfillJob, columns: list[str]) -> StructType:
     """
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    schema = from_arrow_schema(arrow_schema(DeltaTable(state_uri(job.target))))
+    schema = from_arrow_schema(arrow_schema(table if table is not None else open_state(job)))
     if schema.names != columns:
         raise TargetError(
             f"the aggregate state of MV {job.target} has columns {schema.names}, but the job's query needs "
@@ -130,15 +149,14 @@ def create_state(job: BackfillJob, schema: pa.Schema, data_dir: str, info: Commi
     return rows
 
 
-def merge_state(job: BackfillJob, changes: pa.Table, key: list[str], info: CommitInfo) -> dict:
+def merge_state(job: BackfillJob, table: DeltaTable, changes: pa.Table, key: list[str], info: CommitInfo) -> dict:
     """Upsert changed groups, delete emptied ones (`__present` null), move the state's watermark."""
-    uri = state_uri(job.target)
-    target = arrow_schema(DeltaTable(uri))
+    target = arrow_schema(table)
     schema = pa.schema([field.with_nullable(True) for field in target] + [pa.field("__present", pa.bool_())])
-    return merge_keyed(uri, changes.select(schema.names).cast(schema), key, info.properties(job),
+    return merge_keyed(table, changes.select(schema.names).cast(schema), key, info.properties(job),
                        null_safe_keys=True)
 
 
 def commit_state_watermark(job: BackfillJob, info: CommitInfo) -> None:
     """Move the state's watermark without changing a group (a range without change rows)."""
-    commit_empty(state_uri(job.target), info.properties(job))
+    commit_empty(open_state(job), info.properties(job))

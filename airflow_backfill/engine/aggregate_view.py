@@ -7,6 +7,8 @@ rows the same way, here.
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import aggregate_sql
@@ -40,16 +42,24 @@ def value_types(spark: SparkSession, aggregate: AggregateQuery, upstream: Struct
     """The Spark SQL type of each aggregate call's result, as Spark types it in the query."""
     if not aggregate.calls:
         return []
-    probe = analyse(spark, upstream, aggregate_sql.probe_sql(aggregate))
-    return [field.dataType.simpleString() for field in probe.fields]
+    ansi = spark.conf.get("spark.sql.ansi.enabled")
+    return list(_probed_types(spark, aggregate_sql.probe_sql(aggregate), upstream.json(), ansi))
+
+
+@functools.lru_cache(maxsize=64)
+def _probed_types(spark: SparkSession, probe: str, upstream: str, ansi: str | None) -> tuple[str, ...]:
+    """Cached per session, query, upstream schema and ANSI mode (which decide the types):
+    every round of a job asks the same."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromJson(json.loads(upstream))
+    return tuple(field.dataType.simpleString() for field in analyse(spark, schema, probe).fields)
 
 
 def cast_to(frame: DataFrame, schema: StructType, keep: tuple[str, ...] = ()) -> DataFrame:
     """`frame`'s columns named by `schema`, cast to its types, then the `keep` columns as they are."""
-    from pyspark.sql import functions as F
-
-    cast = [F.col(quote(field.name)).cast(field.dataType).alias(field.name) for field in schema.fields]
-    return frame.select(*cast, *keep)
+    columns = [(field.name, field.dataType.simpleString()) for field in schema.fields]
+    return frame.selectExpr(*aggregate_sql.cast_expressions(columns, keep))
 
 
 def visible_rows(

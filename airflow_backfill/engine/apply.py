@@ -20,7 +20,7 @@ from airflow_backfill.engine.aggregate_apply import (
     recover_state_ahead,
 )
 from airflow_backfill.engine.changes import COMMIT_TIMESTAMP, mv_changes, net_changes
-from airflow_backfill.engine.delta_log import read_watermark
+from airflow_backfill.engine.delta_log import load_table, read_watermark
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.log_store import check_schema_unchanged, read_change_feed
 from airflow_backfill.engine.mv_commit import CommitInfo, conform_changes, merge_changes, nullable_key
@@ -83,14 +83,14 @@ def apply_epochs(
     check_schema_unchanged(job.source, watermark, end_version)
     feed = read_change_feed(job.source, watermark, end_version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
-    changes = spark.createDataFrame(feed.drop_columns([COMMIT_TIMESTAMP]))
     if plan.aggregate is not None and not feed.num_rows:
         mv_rows_changed = commit_watermarks_only(job, end_version, phase=phase, parallelism=parallelism)
     elif plan.aggregate is not None:
         mv_rows_changed = apply_aggregate_changes(
-            spark, job, plan, changes, end_version, phase=phase, parallelism=parallelism
+            spark, job, plan, feed, end_version, phase=phase, parallelism=parallelism
         )
     else:
+        changes = spark.createDataFrame(feed.drop_columns([COMMIT_TIMESTAMP]))
         mv_rows_changed = _apply_stateless(spark, job, plan, changes, end_version, phase, parallelism)
     applied = AppliedRange(start, end_version, feed.num_rows, mv_rows_changed, time.monotonic() - started)
     log.info(
@@ -106,9 +106,11 @@ def _apply_stateless(
 ) -> int:
     """Net the changes per upstream key, map them through the query, merge them by MV key."""
     keyed = mv_changes(spark, net_changes(changes, plan.upstream_key), plan)
-    arrow_changes = conform_changes(keyed.toArrow(), job.target)
+    target = load_table(job.target)
+    arrow_changes = conform_changes(keyed.toArrow(), target)
     info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=arrow_changes.num_rows)
     maybe_crash(phase, "after_write")
-    merge_changes(job, arrow_changes, plan.mv_key, info, null_safe_keys=nullable_key(job.target, plan.mv_key))
+    merge_changes(job, arrow_changes, plan.mv_key, info, null_safe_keys=nullable_key(target, plan.mv_key),
+                  table=target)
     maybe_crash(phase, "after_commit")
     return arrow_changes.num_rows

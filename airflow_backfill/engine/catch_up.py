@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.apply import apply_epochs, current_watermark
 from airflow_backfill.engine.control import BackfillSettings, effective_settings
-from airflow_backfill.engine.delta_log import check_upstream, latest_version
+from airflow_backfill.engine.delta_log import check_upstream, commit_timestamp, latest_version
 from airflow_backfill.engine.parallelism import runtime_conf_for
 from airflow_backfill.engine.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
@@ -158,12 +158,8 @@ def _run_round(
 
 def _seconds_behind(source: str, watermark: int) -> float:
     """How far the MV trails the upstream's newest commit, in seconds of commit time."""
-    from deltalake import DeltaTable
-
-    history = DeltaTable(source).history(limit=1)
-    newest = history[0]["timestamp"] if history else None
-    at_watermark = DeltaTable(source, version=watermark).history(limit=1)
-    applied = at_watermark[0]["timestamp"] if at_watermark else None
+    newest = commit_timestamp(source, latest_version(source))
+    applied = commit_timestamp(source, watermark)
     if newest is None or applied is None:
         return 0.0
     return max(0.0, (newest - applied) / 1000.0)

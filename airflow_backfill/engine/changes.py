@@ -1,12 +1,17 @@
 """Turn a range of the upstream's change feed into keyed changes of the MV.
 
-Pure DataFrame functions: they never touch the Delta logs, so they are tested with
-small in-memory DataFrames and reused by both catch-up and forward.
+Pure functions of DataFrames (or, for `signed_rows`, Arrow tables): they never touch the
+Delta logs, so they are tested with small in-memory data and reused by both catch-up
+and forward.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_backfill.engine.query import SOURCE_TABLE, QueryPlan
 
@@ -52,23 +57,26 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...]) -> DataFrame:
 
 
 SIGN = "__sign"
-_SIGN_OF = {"insert": 1, "update_postimage": 1, "delete": -1, "update_preimage": -1}
+_ARRIVING = ("insert", "update_postimage")
+_LEAVING = ("delete", "update_preimage")
 
 
-def signed_changes(changes: DataFrame) -> DataFrame:
-    """Every change row as an upstream row with `__sign`: +1 when it arrives, -1 when it leaves.
+def signed_rows(feed: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """Every change row as an upstream row (only `columns`) with `__sign`: +1 when it
+    arrives, -1 when it leaves.
 
     Inserts and post-images add their row, deletes and pre-images remove theirs. Summed
     per group this is exactly what a range of epochs does to an aggregate, with no
-    netting per key (a key rewritten in one commit removes and re-adds its row).
+    netting per key (a key rewritten in one commit removes and re-adds its row). Done
+    in Arrow on the driver: the range is already there, and Spark then only sees the
+    columns the aggregate reads.
     """
-    from pyspark.sql import functions as F
-
-    sign = F.lit(None).cast("int")
-    for change_type, value in _SIGN_OF.items():
-        sign = F.when(F.col(CHANGE_TYPE) == change_type, F.lit(value)).otherwise(sign)
-    upstream_columns = [c for c in changes.columns if c not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
-    return changes.select(*upstream_columns, sign.alias(SIGN)).filter(F.col(SIGN).isNotNull())
+    change_type = feed[CHANGE_TYPE].cast(pa.string())
+    sign = pc.if_else(
+        pc.is_in(change_type, pa.array(_ARRIVING)), 1,
+        pc.if_else(pc.is_in(change_type, pa.array(_LEAVING)), -1, None),
+    ).cast(pa.int32())
+    return feed.select(list(columns)).append_column(SIGN, sign).filter(pc.is_valid(sign))
 
 
 def apply_query(spark: SparkSession, rows: DataFrame, query: str) -> DataFrame:

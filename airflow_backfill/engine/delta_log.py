@@ -6,7 +6,11 @@ scheduler or triggerer process.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +22,9 @@ from airflow_backfill.exceptions import TargetError, UpstreamError
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 METADATA_PREFIX = "airflow_backfill."
+log = logging.getLogger(__name__)
+_loaded = threading.local()
+_LOG_FILE = re.compile(r"^(\d{20})\.(?:json|checkpoint(?:\.\d+\.\d+)?\.parquet)$")
 _UNSUPPORTED_READER_FEATURES = {
     "deletionVectors": "deletion vectors",
     "columnMapping": "column mapping",
@@ -38,6 +45,39 @@ def table_exists(uri: str) -> bool:
     return os.path.isdir(os.path.join(uri, "_delta_log")) and DeltaTable.is_deltatable(uri)
 
 
+def load_table(uri: str) -> DeltaTable:
+    """The Delta table at `uri` as of its latest version.
+
+    Loaded once per thread, then brought up to date by reading only the commits since
+    (rounds, polls and checks reload the same few tables over and over, and a full load
+    of a large log costs tens of milliseconds). A table recreated at the same path is
+    recognised by its commit file having changed, and loaded afresh.
+    """
+    cache: dict[str, tuple[DeltaTable, int, tuple[int, ...] | None]] = _loaded.__dict__.setdefault("tables", {})
+    if uri in cache:
+        table, version, identity = cache[uri]
+        if identity is not None and _commit_identity(uri, version) == identity:
+            try:
+                table.update_incremental()
+            except Exception:  # e.g. the commits since were cleaned from the log: load afresh
+                log.debug("reloading %s: its log cannot be followed from version %s", uri, version)
+            else:
+                cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
+                return table
+    table = DeltaTable(uri)
+    cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
+    return table
+
+
+def _commit_identity(uri: str, version: int) -> tuple[int, ...] | None:
+    """What tells a commit file apart from another one written later at the same path."""
+    try:
+        stat = os.stat(os.path.join(uri, "_delta_log", f"{version:020d}.json"))
+    except FileNotFoundError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
 def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
     """Load the upstream, turning delta-rs' errors into ones that say what to do."""
     if not table_exists(uri):
@@ -45,7 +85,7 @@ def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
             f"upstream {uri} is not a Delta table (no _delta_log); check the job's `source`."
         )
     try:
-        return DeltaTable(uri, version=version)
+        return load_table(uri) if version is None else DeltaTable(uri, version=version)
     except TableNotFoundError:
         raise UpstreamError(f"upstream {uri} is not a Delta table; check the job's `source`.") from None
     except Exception as error:  # delta-rs raises generic errors for missing versions
@@ -58,8 +98,34 @@ def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
 
 
 def latest_version(uri: str) -> int:
-    """The upstream's newest committed version (its latest epoch)."""
-    return open_upstream(uri).version()
+    """The upstream's newest committed version (its latest epoch).
+
+    Read from the log's file names (a commit `N.json` or checkpoint `N.checkpoint...`
+    exists once version N is committed): rounds, polls and sensors ask this often, and a
+    listing costs far less than loading the table.
+    """
+    if not table_exists(uri):
+        return open_upstream(uri).version()  # raises the error that says what is wrong
+    versions = [int(match.group(1)) for name in os.listdir(os.path.join(uri, "_delta_log"))
+                if (match := _LOG_FILE.match(name))]
+    return max(versions) if versions else open_upstream(uri).version()
+
+
+def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
+    """The actions of commit `version` from its log entry; [] when the entry is gone."""
+    try:
+        with open(os.path.join(uri, "_delta_log", f"{version:020d}.json")) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def commit_timestamp(uri: str, version: int) -> int | None:
+    """When `version` was committed (ms since the epoch, as its commitInfo records it)."""
+    for action in commit_actions(uri, version):
+        if "commitInfo" in action and "timestamp" in action["commitInfo"]:
+            return int(action["commitInfo"]["timestamp"])
+    return None
 
 
 def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
@@ -104,7 +170,7 @@ def read_watermark(target: str, app_id: str) -> int | None:
     """The upstream epoch the MV reflects, from its app transaction; None if not created."""
     if not table_exists(target):
         return None
-    version = DeltaTable(target).transaction_version(app_id)
+    version = load_table(target).transaction_version(app_id)
     if version is None:
         raise TargetError(
             f"target {target} is a Delta table that was not built by this job ({app_id}); "

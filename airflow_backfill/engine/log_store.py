@@ -9,14 +9,13 @@ says how to recover.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from urllib.parse import unquote
 
 import pyarrow as pa
 
-from airflow_backfill.engine.delta_log import arrow_schema, open_upstream
+from airflow_backfill.engine.delta_log import arrow_schema, commit_actions, open_upstream
 from airflow_backfill.exceptions import UpstreamError
 
 log = logging.getLogger(__name__)
@@ -26,9 +25,13 @@ def check_schema_unchanged(source: str, watermark: int, end_version: int) -> Non
     """Refuse a range across which the upstream's schema changed (the MV would be wrong).
 
     The range's log entries are checked first: without them the old schema cannot be
-    read, and the missing history is the error to report.
+    read, and the missing history is the error to report. Only a range with a metaData
+    action can change the schema, so the two versions are loaded only then.
     """
     _check_versions_available(source, watermark, end_version)
+    if not any("metaData" in action for version in range(watermark + 1, end_version + 1)
+               for action in commit_actions(source, version)):
+        return
     before = arrow_schema(open_upstream(source, watermark))
     after = arrow_schema(open_upstream(source, end_version))
     if before != after:
@@ -90,14 +93,12 @@ def change_files(source: str, version: int) -> list[str]:
     """
     cdc: list[str] = []
     data: list[str] = []
-    with open(os.path.join(source, "_delta_log", f"{version:020d}.json")) as handle:
-        for line in handle:
-            action = json.loads(line)
-            if "cdc" in action:
-                cdc.append(action["cdc"]["path"])
-            for kind in ("add", "remove"):
-                if kind in action and action[kind].get("dataChange", True):
-                    data.append(action[kind]["path"])
+    for action in commit_actions(source, version):
+        if "cdc" in action:
+            cdc.append(action["cdc"]["path"])
+        for kind in ("add", "remove"):
+            if kind in action and action[kind].get("dataChange", True):
+                data.append(action[kind]["path"])
     return [os.path.join(source, unquote(path)) for path in (cdc or data)]
 
 

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.transaction import AddAction, create_table_with_add_actions
 
-from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX, arrow_schema
+from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX, arrow_schema, load_table
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -118,9 +118,9 @@ def create_mv(job: BackfillJob, schema: pa.Schema, actions: list[AddAction], inf
     log.info("created MV %s at epoch %s with %s rows", job.target, info.epoch, info.rows)
 
 
-def conform_changes(changes: pa.Table, table_uri: str) -> pa.Table:
+def conform_changes(changes: pa.Table, table: DeltaTable) -> pa.Table:
     """Cast keyed changes to the table's exact types (plus `__present`) so a merge never widens them."""
-    target = arrow_schema(DeltaTable(table_uri))
+    target = arrow_schema(table)
     fields = [target.field(name) for name in target.names] + [pa.field(PRESENT, pa.bool_())]
     schema = pa.schema([f.with_nullable(True) for f in fields])
     return changes.select(schema.names).cast(schema)
@@ -128,7 +128,7 @@ def conform_changes(changes: pa.Table, table_uri: str) -> pa.Table:
 
 def merge_changes(
     job: BackfillJob, changes: pa.Table, mv_key: tuple[str, ...], info: CommitInfo, *,
-    null_safe_keys: bool = False, deletes_known: bool = False,
+    null_safe_keys: bool = False, deletes_known: bool = False, table: DeltaTable | None = None,
 ) -> dict:
     """Apply keyed upserts and deletes to the MV and move its watermark, in one commit.
 
@@ -136,13 +136,13 @@ def merge_changes(
     when the key left the MV (upstream delete, or its new image fails the WHERE).
     `null_safe_keys`: keys may be NULL and NULL matches NULL (aggregate groups).
     `deletes_known`: the caller guarantees every delete names a key the MV has, so the
-    MV is not read to filter them.
+    MV is not read to filter them. `table`: the MV as already loaded by the caller.
     """
-    table = DeltaTable(job.target)
+    table = table if table is not None else load_table(job.target)
     if not deletes_known:
         changes = _drop_deletes_of_unknown_keys(table, changes, mv_key)
     started = time.monotonic()
-    metrics = merge_keyed(job.target, changes, list(mv_key), info.properties(job), null_safe_keys=null_safe_keys)
+    metrics = merge_keyed(table, changes, list(mv_key), info.properties(job), null_safe_keys=null_safe_keys)
     log.info(
         "merged %s changed keys into %s at epoch %s in %.2fs (%s)",
         changes.num_rows, job.target, info.epoch, time.monotonic() - started, metrics or "no data change",
@@ -151,7 +151,7 @@ def merge_changes(
 
 
 def merge_keyed(
-    uri: str, changes: pa.Table, key: list[str], properties: CommitProperties, *, null_safe_keys: bool
+    table: DeltaTable, changes: pa.Table, key: list[str], properties: CommitProperties, *, null_safe_keys: bool
 ) -> dict:
     """Upsert rows with `__present` true and delete matched rows with `__present` null, in one
     commit carrying `properties`; an empty commit with them when nothing changes."""
@@ -161,7 +161,7 @@ def merge_keyed(
     metrics: dict = {}
     if changes.num_rows:
         metrics = (
-            DeltaTable(uri).merge(
+            table.merge(
                 changes,
                 predicate=predicate,
                 source_alias="s",
@@ -175,7 +175,7 @@ def merge_keyed(
         )
     if not metrics.get("num_target_files_added") and not metrics.get("num_target_files_removed"):
         # Nothing to rewrite (or no changes at all): still move the watermark.
-        commit_empty(uri, properties)
+        commit_empty(table, properties)
     return metrics
 
 
@@ -211,20 +211,19 @@ def _keys_in_table(table: DeltaTable, keys: pa.Table) -> set[tuple]:
     return found
 
 
-def nullable_key(uri: str, key: tuple[str, ...]) -> bool:
+def nullable_key(table: DeltaTable, key: tuple[str, ...]) -> bool:
     """True when a key column of the table may hold NULL (then merges must match NULL to NULL)."""
-    schema = arrow_schema(DeltaTable(uri))
+    schema = arrow_schema(table)
     return any(schema.field(column).nullable for column in key)
 
 
 def commit_watermark_only(job: BackfillJob, info: CommitInfo) -> None:
     """An empty commit that only records the new watermark (the epochs changed nothing here)."""
-    commit_empty(job.target, info.properties(job))
+    commit_empty(load_table(job.target), info.properties(job))
 
 
-def commit_empty(uri: str, properties: CommitProperties) -> None:
+def commit_empty(table: DeltaTable, properties: CommitProperties) -> None:
     """A commit without data: it only carries `properties` (the watermark, the metadata)."""
-    table = DeltaTable(uri)
     table.create_write_transaction([], mode="append", schema=table.schema(), commit_properties=properties)
 
 

@@ -14,6 +14,7 @@ Anything else is refused here, by name, before any Spark work starts.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import sqlglot
@@ -65,8 +66,12 @@ STATELESS = "stateless"
 AGGREGATE = "aggregate"
 
 
+@functools.lru_cache(maxsize=128)
 def plan_query(query: str, primary_key: tuple[str, ...]) -> QueryPlan:
-    """Parse, classify and key the MV query; raise UnsupportedQueryError naming the construct."""
+    """Parse, classify and key the MV query; raise UnsupportedQueryError naming the construct.
+
+    Cached (the plan is immutable): every phase and round of a job plans the same query.
+    """
     select = _parse_single_select(query)
     _refuse_unsupported_constructs(select)
     if is_aggregate(select):
