@@ -2,8 +2,9 @@
 
 A round's cost follows the change, not the upstream:
 
-1. the change feed of the range becomes signed rows (+1 arriving, -1 leaving) and Spark
-   aggregates them per touched group into a delta (`aggregate_sql.delta_sql`);
+1. Spark evaluates WHERE, the GROUP BY keys and the aggregate arguments over the
+   range's change rows, signed +1 arriving and -1 leaving, and they are combined per
+   touched group into a delta (`aggregate_delta`);
 2. the old state of just those groups is read from the state table on the driver and
    joined to the delta; Spark adds them up: counts and sums are exact; MIN/MAX keep the
    old extreme unless a removed value may have been it;
@@ -11,9 +12,9 @@ A round's cost follows the change, not the upstream:
    are recomputed from the upstream as of the new epoch (its files listed by the Delta
    log, semi-joined with the broadcast group keys) — a query with only COUNT, SUM and
    AVG never reads the upstream's files;
-4. one projection (folded by Spark while planning) returns, per touched group, its new state and the MV change it
-   causes (its MV row from the new state against the one from the old state, carried
-   in the same row); the state is committed (groups at zero rows deleted), then the MV
+4. one statement returns, per touched group, its new state and the MV change it causes
+   (its MV row from the new state against the one from the old state, carried in the
+   same row); the state is committed (groups at zero rows deleted), then the MV
    changes, both with the new epoch as watermark (see `aggregate_state` for why two
    tables and how a crash between the commits is recovered).
 """
@@ -41,7 +42,8 @@ from airflow_backfill.engine.aggregate_state import (
 )
 from airflow_backfill.engine.aggregate_view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.arrow_join import left_join_null_safe
-from airflow_backfill.engine.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
+from airflow_backfill.engine.changes import FEED_COLUMNS
+from airflow_backfill.engine.collect import small_result_to_arrow
 from airflow_backfill.engine.delta_log import arrow_schema, load_table, open_upstream
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.mv_commit import (
@@ -166,35 +168,7 @@ def _touched_groups(
         new = _NEW
     types = value_types(spark, aggregate, _upstream_columns(feed.schema))
     mv_types = [field.dataType.simpleString() for field in mv_schema.fields]
-    return _collect(spark.sql(sql.changes_sql(aggregate, new, types, mv_types)), delta.num_rows)
-
-
-_COLLECTED_ROWS = 10_000
-"""Touched groups up to which a round's result is collected as rows rather than as Arrow."""
-
-
-def _collect(frame: DataFrame, rows: int) -> pa.Table:
-    """`frame`'s rows as an Arrow table.
-
-    A few rows of a projection of a local relation are already computed when Spark
-    plans it, and collecting them as rows runs no job, whereas `toArrow` always runs one.
-    Types that Python rows do not carry faithfully (timestamps become local times) and
-    larger results go through `toArrow`.
-    """
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(frame.schema)
-    if rows > _COLLECTED_ROWS or not all(_collectable(field.type) for field in schema):
-        return frame.toArrow()
-    columns = list(zip(*frame.collect(), strict=True)) or [() for _ in schema]
-    return pa.table([pa.array(values, field.type) for values, field in zip(columns, schema, strict=True)],
-                    schema=schema)
-
-
-def _collectable(data_type: pa.DataType) -> bool:
-    return (pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or pa.types.is_decimal(data_type)
-            or pa.types.is_boolean(data_type) or pa.types.is_string(data_type)
-            or pa.types.is_large_string(data_type) or pa.types.is_date32(data_type))
+    return small_result_to_arrow(spark.sql(sql.changes_sql(aggregate, new, types, mv_types)), delta.num_rows)
 
 
 def _with_recomputed(
@@ -258,5 +232,4 @@ def _upstream_struct(source: str, version: int) -> StructType:
 
 def _upstream_columns(feed: pa.Schema) -> StructType:
     """The upstream's columns of a change feed, as a Spark schema."""
-    feed_columns = {CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP}
-    return _spark_schema(pa.schema([field for field in feed if field.name not in feed_columns]))
+    return _spark_schema(pa.schema([field for field in feed if field.name not in FEED_COLUMNS]))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_backfill.engine import aggregate_sql as sql
-from airflow_backfill.engine.changes import CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, signed_rows
+from airflow_backfill.engine.changes import FEED_COLUMNS, signed_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,14 +40,13 @@ DRIVER_COMBINE_ROWS = 500_000
 CHANGES_VIEW = "__airflow_backfill_changes"
 _EXCLUDED_RULES = "spark.sql.optimizer.excludedRules"
 _FOLD_LOCAL_RELATION = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
-_FEED_COLUMNS = frozenset({CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP})
 
 
 def range_delta(spark: SparkSession, aggregate: AggregateQuery, feed: pa.Table, state: StructType) -> pa.Table:
     """One row per group the change rows in `feed` touch (after WHERE): its keys and the
     columns of `delta_sql`. `state` is the state table's schema (it has the SUM types)."""
     referenced = sql.row_columns(aggregate)
-    columns = [f for f in feed.column_names if f not in _FEED_COLUMNS and f.lower() in referenced]
+    columns = [c for c in feed.column_names if c not in FEED_COLUMNS and c.lower() in referenced]
     rows = signed_rows(feed, columns)
     spark.createDataFrame(rows).createOrReplaceTempView(CHANGES_VIEW)
     types = {field.name: field.dataType for field in state.fields}

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
+FEED_COLUMNS = frozenset({CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP})
+"""The columns a change feed adds to the upstream's."""
 DELETED = "__deleted"
 PRESENT = "__present"
 
