@@ -20,6 +20,8 @@ echo "== installing airflow-backfill with test extras"
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
 
+bash scripts/fetch_jars.sh
+
 echo "== initialising the Airflow home (.airflow, SQLite)"
 source scripts/env.sh
 .venv/bin/airflow db migrate >/dev/null

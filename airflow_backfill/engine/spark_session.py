@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     master = parallelism_conf.pop("spark.master", master)
     builder = SparkSession.builder.appName(app_name).master(master)
     settings = {
+        **delta_spark_conf(),
         **parallelism_conf,
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.session.timeZone": "UTC",

@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
@@ -103,9 +104,9 @@ class _PhaseOperator(SparkSubmitOperator):
             *self.phase_arguments(context, overrides),
         ]
         sizing = self.sizing(parallelism)
-        # The user's conf wins, except the cores per executor: theirs is the upper bound
-        # the sizing already honoured.
-        self.conf = {**sizing, **(self.conf or {})}
+        # The user's conf wins (a cluster with its own Delta jars sets spark.jars), except
+        # the cores per executor: theirs is the upper bound the sizing already honoured.
+        self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
         self._hook = None  # built from the arguments above

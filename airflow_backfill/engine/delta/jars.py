@@ -1,0 +1,51 @@
+"""Where the install-time Delta jars are, and the Spark settings that load them.
+
+`scripts/fetch_jars.sh` fetches the pinned jars of `jars/pom.xml` with Maven into
+`jars/lib` of the checkout; every Spark session and every `spark-submit` an operator
+builds loads them through `spark.jars`, so nothing is resolved at run time. Free of
+Spark imports: the Airflow operators call it before `spark-submit`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from airflow_backfill.exceptions import BackfillConfigError
+
+JARS_DIR_VARIABLE = "AIRFLOW_BACKFILL_JARS_DIR"
+"""A folder of jars to load, or `provided` when the cluster already has Delta Lake."""
+PROVIDED = "provided"
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def default_jars_dir() -> str:
+    """`jars/lib` next to the package (a checkout installed with scripts/install.sh)."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    return os.path.join(package_root, "jars", "lib")
+
+
+def delta_jars() -> list[str]:
+    """The jar files to put on `spark.jars` ([] when the cluster provides Delta itself)."""
+    configured = os.environ.get(JARS_DIR_VARIABLE, "").strip()
+    if configured == PROVIDED:
+        return []
+    directory = configured or default_jars_dir()
+    jars = sorted(glob.glob(os.path.join(directory, "*.jar")))
+    if not any(os.path.basename(jar).startswith("delta-spark_") for jar in jars):
+        raise BackfillConfigError(
+            f"no Delta Lake jars in {directory}: run scripts/install.sh (it fetches them with Maven), "
+            f"or set {JARS_DIR_VARIABLE} to a folder holding delta-spark and its dependencies, or to "
+            f"'{PROVIDED}' when the Spark cluster already has Delta Lake on its classpath."
+        )
+    return jars
+
+
+def delta_spark_conf() -> dict[str, str]:
+    """Spark settings for Delta Lake: the jars (when not provided), its SQL extension and catalog."""
+    conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
+    jars = delta_jars()
+    if jars:
+        conf["spark.jars"] = ",".join(jars)
+    return conf
