@@ -179,15 +179,28 @@ def read_watermark(target: str, app_id: str) -> int | None:
     return int(version)
 
 
+def commit_metadata(entry: dict[str, Any]) -> dict[str, Any]:
+    """The `airflow_backfill.*` fields of one commit (an entry of `DeltaTable.history()`),
+    without the prefix.
+
+    delta-spark records them as JSON in the commit's `userMetadata`; commits made before
+    it (through delta-rs) carry them as top-level commitInfo keys. Both are read.
+    """
+    fields = {key: value for key, value in entry.items() if key.startswith(METADATA_PREFIX)}
+    user_metadata = entry.get("userMetadata")
+    if isinstance(user_metadata, str) and user_metadata.startswith("{"):
+        try:
+            parsed = json.loads(user_metadata)
+        except ValueError:
+            parsed = {}
+        if isinstance(parsed, dict):
+            fields.update({key: value for key, value in parsed.items() if key.startswith(METADATA_PREFIX)})
+    return {key[len(METADATA_PREFIX):]: value for key, value in fields.items()}
+
+
 def last_commit_metadata(target: str) -> dict[str, Any]:
     """The `airflow_backfill.*` metadata of the MV's latest commit ({} when none)."""
     if not table_exists(target):
         return {}
     history = DeltaTable(target).history(limit=1)
-    if not history:
-        return {}
-    return {
-        key[len(METADATA_PREFIX) :]: value
-        for key, value in history[0].items()
-        if key.startswith(METADATA_PREFIX)
-    }
+    return commit_metadata(history[0]) if history else {}
