@@ -3,6 +3,7 @@
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
     airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|none] [--reset]
+    airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--parallelism N]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
 that names the problem and the fix; logs and progress lines go to stderr, results to
@@ -192,6 +193,16 @@ def _rate_limit(text: str) -> int | None:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _round_bound(text: str) -> int | None:
+    """A positive cap on one catch-up round, or `none` to lift it while overridden."""
+    if text.strip().lower() == _NO_RATE_LIMIT:
+        return None
+    value = _whole_number(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more (or '{_NO_RATE_LIMIT}' to lift the cap), got {value}")
+    return value
+
+
 def _add_alter(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "alter",
@@ -205,8 +216,12 @@ def _add_alter(subparsers: Any) -> None:
                         help="Spark parallelism of snapshot chunks and catch-up rounds (1 to 1024)")
     parser.add_argument("--rate-limit", type=_rate_limit, metavar="ROWS_PER_S",
                         help=f"rows-per-second cap of snapshot and catch-up reads; '{_NO_RATE_LIMIT}' lifts it")
+    parser.add_argument("--max-round-epochs", type=_round_bound, metavar="N",
+                        help=f"upstream epochs one catch-up round applies at most; '{_NO_RATE_LIMIT}' lifts it")
+    parser.add_argument("--max-round-bytes", type=_round_bound, metavar="BYTES",
+                        help=f"change-file bytes one catch-up round reads at most; '{_NO_RATE_LIMIT}' lifts it")
     parser.add_argument("--reset", action="store_true", help="remove the overrides (back to the job's values)")
-    parser.set_defaults(run=_run_alter, rate_limit=_UNSET)
+    parser.set_defaults(run=_run_alter, rate_limit=_UNSET, max_round_epochs=_UNSET, max_round_bytes=_UNSET)
 
 
 def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -214,8 +229,9 @@ def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if args.backfill_parallelism is not None:
         overrides["backfill_parallelism"] = args.backfill_parallelism
-    if args.rate_limit is not _UNSET:
-        overrides["rate_limit"] = args.rate_limit
+    for key in ("rate_limit", "max_round_epochs", "max_round_bytes"):
+        if getattr(args, key) is not _UNSET:
+            overrides[key] = getattr(args, key)
     if args.reset and overrides:
         raise BackfillConfigError(
             "--reset restores the job's own values and cannot be combined with "
@@ -230,7 +246,11 @@ def _describe(settings: BackfillSettings | None) -> str:
     if settings is None:
         return "unreadable overrides"
     rate = _NO_RATE_LIMIT if settings.rate_limit is None else f"{settings.rate_limit} rows/s"
-    return f"backfill_parallelism={settings.backfill_parallelism}, rate_limit={rate}"
+    described = f"backfill_parallelism={settings.backfill_parallelism}, rate_limit={rate}"
+    for name in ("max_round_epochs", "max_round_bytes"):
+        if getattr(settings, name) is not None:
+            described += f", {name}={getattr(settings, name)}"
+    return described
 
 
 def _run_alter(args: argparse.Namespace) -> int:
@@ -261,12 +281,50 @@ def _run_alter(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- maintain ---------------------------------------------------------------------------
+
+
+def _add_maintain(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "maintain",
+        help="compact the MV, cluster it by key, purge deletion vectors, optionally vacuum (runs Spark)",
+        description="OPTIMIZE the MV (and an aggregate's state) ZORDER BY its key, REORG ... APPLY (PURGE) "
+        "its deletion vectors and, with --vacuum, VACUUM it at the table's own retention. Data, watermark "
+        "and change feed stay as they are. Takes the MV's writer lock: run it between phases (or as the "
+        "task group's `maintain` task), not while forward runs.",
+    )
+    parser.add_argument("--job", required=True, metavar="FILE", help="the job's YAML file")
+    parser.add_argument("--no-cluster", dest="cluster", action="store_false", help="compact without ZORDER BY")
+    parser.add_argument("--no-purge", dest="purge", action="store_false", help="keep deletion vectors")
+    parser.add_argument("--vacuum", action="store_true", help="delete unreferenced files past the retention")
+    parser.add_argument("--parallelism", type=_backfill_parallelism, default=None, metavar="N",
+                        help="Spark parallelism (default: the job's backfill_parallelism)")
+    parser.set_defaults(run=_run_maintain)
+
+
+def _run_maintain(args: argparse.Namespace) -> int:
+    from airflow_backfill.engine.maintenance import maintain_mv
+    from airflow_backfill.engine.spark_session import build_spark_session
+    from airflow_backfill.job import load_job
+
+    job = load_job(args.job)
+    spark = build_spark_session(f"airflow_backfill-{job.name}-maintain", args.parallelism or job.backfill_parallelism)
+    try:
+        result = maintain_mv(spark, job, cluster=args.cluster, purge=args.purge, vacuum=args.vacuum)
+    finally:
+        spark.stop()
+    print(f"job {job.name}: maintained {', '.join(result.tables)}: {result.files_before} files -> "
+          f"{result.files_after} in {result.seconds:.1f}s")
+    return EXIT_OK
+
+
 # ---- command table ----------------------------------------------------------------------
 
 COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_simulate,
     _add_status,
     _add_alter,
+    _add_maintain,
 )
 
 

@@ -51,6 +51,13 @@ def validate_rate_limit(value: Any) -> int | None:
     return _positive_int("rate_limit", value, 10**12)
 
 
+def validate_round_bound(name: str, value: Any) -> int | None:
+    """Validate a cap on one catch-up round (epochs or change bytes); None means no cap."""
+    if value is None:
+        return None
+    return _positive_int(name, value, 10**15)
+
+
 DEFAULT_MAX_STALLED_ROUNDS = 3
 MAX_STALLED_ROUNDS_LIMIT = 1000
 """Upper bound for max_stalled_rounds: a lag that has not shrunk for this long never will."""
@@ -134,6 +141,12 @@ class BackfillJob:
     max_stalled_rounds: int = DEFAULT_MAX_STALLED_ROUNDS
     """Consecutive catch-up rounds whose starting lag did not shrink after which catch-up
     hands over to forward with a warning (the upstream commits faster than a round)."""
+    max_round_epochs: int | None = None
+    """Upstream epochs one catch-up round applies at most (None: every epoch pending at its
+    start). A long backlog then becomes several bounded commits instead of one large one."""
+    max_round_bytes: int | None = None
+    """Change-file bytes one catch-up round reads at most (always at least one epoch; None:
+    no cap). Bounds a round's memory and time when single epochs are large."""
     verify_primary_key: bool = True
     """Prove in the snapshot that the primary key is unique in the query's output before
     the MV is created. The proof is a shuffle of the key columns; set False only when the
@@ -167,6 +180,8 @@ class BackfillJob:
             raise BackfillConfigError(f"poll_interval must be in (0, 3600] seconds, got {self.poll_interval}.")
         _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
         validate_max_stalled_rounds(self.max_stalled_rounds)
+        validate_round_bound("max_round_epochs", self.max_round_epochs)
+        validate_round_bound("max_round_bytes", self.max_round_bytes)
         if not isinstance(self.verify_primary_key, bool):
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."

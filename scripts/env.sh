@@ -9,6 +9,8 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW_BACKFILL_HOME="${AIRFLOW_BACKFILL_HOME:-$_root/.airflow_backfill}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-spark://local?deploy-mode=client}"
 export PYSPARK_PYTHON="$_root/.venv/bin/python"
+# spark-defaults.conf with Delta's jars, extension and catalog (written by fetch_jars.sh).
+export SPARK_CONF_DIR="${SPARK_CONF_DIR:-$_root/jars/conf}"
 export PYSPARK_DRIVER_PYTHON="$_root/.venv/bin/python"
 unset _root
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"

@@ -2,14 +2,22 @@
 # Fetches the pinned JVM libraries of jars/pom.xml into jars/lib with Maven (install time
 # only; Spark never resolves packages at run time). Jars that pyspark already ships (Spark's
 # own Hadoop, Parquet, Jackson, Scala...) are left out so that one version of each class is
-# on the classpath. Skipped when jars/lib already matches the pom.
+# on the classpath. Skipped when jars/lib already matches the pom. Also writes
+# jars/conf/spark-defaults.conf (Delta's jars, extension and catalog), which scripts/env.sh
+# points SPARK_CONF_DIR at, so that a spark-submit run by hand loads Delta at launch too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pom=jars/pom.xml
 lib=jars/lib
 stamp="$lib/.pom.sha256"
 want=$(sha256sum "$pom" | cut -d' ' -f1)
+write_spark_defaults() {
+  mkdir -p jars/conf
+  .venv/bin/python -c 'from airflow_backfill.engine.delta.jars import delta_spark_conf
+for key, value in delta_spark_conf().items(): print(key, value)' >jars/conf/spark-defaults.conf
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  write_spark_defaults
   echo "== jars/lib is up to date with $pom"
   exit 0
 fi
@@ -31,4 +39,5 @@ done
 rm -rf "$lib"
 mv "$lib.tmp" "$lib"
 echo "$want" >"$stamp"
+write_spark_defaults
 echo "== $(ls "$lib"/*.jar | wc -l) jars in $lib: $(cd "$lib" && ls *.jar | tr '\n' ' ')"

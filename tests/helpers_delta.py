@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pyarrow as pa
@@ -32,3 +33,15 @@ def change_feed(uri: str, version: int) -> pa.Table:
 def change_type_counts(uri: str, version: int) -> dict[str, int]:
     """How many feed rows of each `_change_type` one upstream version has."""
     return dict(Counter(change_feed(uri, version).column("_change_type").to_pylist()))
+
+
+def mv_commits(target: str) -> list[dict]:
+    """The MV's commits that carry the job's metadata (every commit with a watermark; not a
+    snapshot's chunk commits), oldest first, each with its `airflow_backfill.*` fields
+    read from the commit's userMetadata JSON as top-level keys."""
+    commits = []
+    for entry in sorted(DeltaTable(target).history(), key=lambda commit: commit["version"]):
+        metadata = json.loads(entry.get("userMetadata") or "{}")
+        if "airflow_backfill.phase" in metadata:
+            commits.append({**entry, **metadata})
+    return commits

@@ -11,15 +11,17 @@ import pyarrow as pa
 import pytest
 from aggregate_upstream import SCHEMA, Upstream, apply_epoch, create
 from deltalake import DeltaTable, write_deltalake
+from helpers_delta import mv_commits
 
 from airflow_backfill.engine import aggregate_apply, aggregate_snapshot
+from airflow_backfill.engine.aggregate_snapshot import partials_uri
 from airflow_backfill.engine.aggregate_state import state_uri
 from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.snapshot import run_snapshot
 from airflow_backfill.exceptions import TargetError, UnsupportedQueryError
 from airflow_backfill.job import BackfillJob
-from oracle import assert_every_commit_matches, expected_rows, mv_rows
+from oracle import assert_every_commit_matches, expected_rows, mv_rows, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -53,7 +55,7 @@ def check(upstream: Upstream, job: BackfillJob, key: list[str]) -> pa.Table:
 
 
 def state_rows(job: BackfillJob) -> list[dict]:
-    return DeltaTable(state_uri(job.target)).to_pyarrow_table().to_pylist()
+    return table_rows(state_uri(job.target)).to_pylist()
 
 
 def test_null_semantics_follow_spark_sql(spark, tables):
@@ -106,14 +108,14 @@ def test_having_hides_groups_but_keeps_their_state(spark, tables):
 def record_upstream_reads(monkeypatch, job: BackfillJob) -> list[int | None]:
     """The versions at which a round reads the upstream's files (the state's reads are not counted)."""
     reads: list[int | None] = []
-    real = aggregate_apply.read_delta
+    real = aggregate_apply.read_upstream_as_of
 
-    def recording(spark, uri, version=None):
+    def recording(spark, uri, version):
         if uri == job.source:
             reads.append(version)
         return real(spark, uri, version)
 
-    monkeypatch.setattr(aggregate_apply, "read_delta", recording)
+    monkeypatch.setattr(aggregate_apply, "read_upstream_as_of", recording)
     return reads
 
 
@@ -174,7 +176,7 @@ def test_a_crash_between_the_state_and_mv_commits_is_recovered(spark, tables, mo
     apply_epoch(upstream, [("delete", 0, row())])
     run_catch_up(spark, job)
     assert watermarks(job) == (2, 2)
-    history = sorted(DeltaTable(job.target).history(), key=lambda c: c["version"])
+    history = mv_commits(job.target)
     assert [c.get("airflow_backfill.recovered_from_state") for c in history[1:]] == ["true", None]
     check(upstream, job, ["g"])
 
@@ -208,11 +210,10 @@ def test_a_chunked_snapshot_combines_partial_states(spark, tables):
     check(upstream, job, ["g"])
     referenced = {os.path.normpath(uri.removeprefix("file://")) for uri in DeltaTable(job.target).file_uris()}
     on_disk = {
-        os.path.normpath(os.path.join(root, name))
-        for root, _, names in os.walk(os.path.join(job.target, "data"))
-        for name in names if name.endswith(".parquet")
+        os.path.normpath(os.path.join(job.target, name)) for name in os.listdir(job.target) if name.endswith(".parquet")
     }
     assert on_disk == referenced, "chunk partials must not be left in the MV's folder"
+    assert not os.path.exists(partials_uri(job.target)), "the partial states outlived the snapshot"
 
 
 def test_the_mv_holds_exactly_the_query_columns(spark, tables):

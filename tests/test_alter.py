@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 import yaml
 from deltalake import DeltaTable, write_deltalake
-from helpers_delta import write_mv_version
+from helpers_delta import mv_commits, write_mv_version
 
 from airflow_backfill.cli import main
 from airflow_backfill.engine import job_state
@@ -223,7 +223,7 @@ def test_the_snapshot_runs_the_chunks_after_an_alter_at_the_new_parallelism(spar
     assert progress is not None and progress.chunks_total == files
     used = [progress.done[index].parallelism for index in sorted(progress.done)]
     assert used == [job.backfill_parallelism] * altered_after + [new_parallelism] * (files - altered_after)
-    commit = DeltaTable(tables["target"]).history(limit=1)[0]
+    commit = mv_commits(tables["target"])[-1]
     assert commit["airflow_backfill.chunk_parallelism"] == ",".join(map(str, used))
 
 

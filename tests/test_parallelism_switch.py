@@ -8,7 +8,7 @@ import random
 
 import pytest
 import yaml
-from deltalake import DeltaTable
+from helpers_delta import mv_commits
 
 from airflow_backfill.cli import main as cli_main
 from airflow_backfill.engine import catch_up as catch_up_module
@@ -73,7 +73,7 @@ def test_commits_before_the_hand_over_use_the_backfill_parallelism(spark, tables
     assert [r["parallelism"] for r in recorded] == round_parallelisms
     assert forward.commits == 1 and forward_again.commits == 1
 
-    commits = sorted(DeltaTable(job.target).history(), key=lambda c: c["version"])
+    commits = mv_commits(job.target)
     phases = [c["airflow_backfill.phase"] for c in commits]
     hand_over = phases.index("forward")
     assert phases[:hand_over] == ["snapshot", "catch_up", "catch_up"]
@@ -115,7 +115,7 @@ def test_an_alter_mid_snapshot_through_the_cli_shows_in_every_later_commit(spark
     commit_epoch(tables["source"], rng, **EPOCH)
     run_forward(spark, job, bounds=ForwardBounds(max_epochs=1, idle_timeout=30))
 
-    commits = sorted(DeltaTable(job.target).history(), key=lambda c: c["version"])
+    commits = mv_commits(job.target)
     phases = [c["airflow_backfill.phase"] for c in commits]
     assert phases == ["snapshot", "catch_up", "forward"]
     chunks = commits[0]["airflow_backfill.chunk_parallelism"].split(",")

@@ -1,21 +1,24 @@
-"""A snapshot interrupted after some chunks resumes with only the remaining chunks, and
-nothing of a failed attempt is ever visible or left behind."""
+"""A snapshot interrupted after some chunks resumes with only the remaining chunks (the MV's
+log says which are committed), the MV has no watermark until the snapshot's last commit,
+and nothing of a failed attempt is ever referenced."""
 
 from __future__ import annotations
 
 import os
 
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from airflow_backfill.engine import snapshot as snapshot_module
+from airflow_backfill.engine.delta_log import read_watermark
 from airflow_backfill.engine.snapshot import run_snapshot
 from airflow_backfill.engine.snapshot_progress import load_progress
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.job import BackfillJob
-from oracle import assert_mv_matches
+from oracle import assert_mv_matches, table_rows
 
 pytestmark = pytest.mark.spark
 
@@ -54,7 +57,8 @@ def test_rerun_after_a_crash_redoes_only_the_chunks_in_flight(spark, tables, mon
     crash_at(monkeypatch, "after_chunks=2")
     with pytest.raises(Killed):
         run_snapshot(spark, job, chunk_bytes=1)
-    assert not os.path.isdir(os.path.join(tables["target"], "_delta_log")), "a half snapshot is visible"
+    assert read_watermark(tables["target"], job.app_id) is None, "a half snapshot has a watermark"
+    assert DeltaTable(tables["target"]).transaction_version(job.app_id) is None
     first = load_progress(tables["target"])
     assert first is not None and sorted(first.done) == [0, 1]
 
@@ -68,28 +72,20 @@ def test_rerun_after_a_crash_redoes_only_the_chunks_in_flight(spark, tables, mon
     assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
 
 
-def test_files_of_a_crashed_attempt_are_removed_and_never_referenced(spark, tables, monkeypatch):
+def test_files_of_a_crashed_attempt_are_never_referenced(spark, tables, monkeypatch):
     upstream_with_files(tables["source"], files=3)
     job = job_for(tables)
     crash_at(monkeypatch, "after_write")
     with pytest.raises(Killed):
         run_snapshot(spark, job, chunk_bytes=1)
-    stray = os.path.join(tables["target"], "data", "snapshot-e2", "chunk-00001-crashed")
-    os.makedirs(stray)
-    open(os.path.join(stray, "part-0.parquet"), "wb").close()
+    stray = os.path.join(tables["target"], "part-00000-crashed-attempt.snappy.parquet")
+    pa.parquet.write_table(pa.table({"order_id": pa.array([1], pa.int64()), "doubled": [1.0]}), stray)
 
     monkeypatch.undo()
     result = run_snapshot(spark, job, chunk_bytes=1)
-    assert result.chunks_run == 0  # every chunk was done before the crash
-    assert not os.path.exists(stray)
+    assert result.chunks_run == 0  # every chunk was committed before the crash
     referenced = {os.path.normpath(uri.removeprefix("file://")) for uri in DeltaTable(tables["target"]).file_uris()}
-    on_disk = {
-        os.path.normpath(os.path.join(root, name))
-        for root, _, names in os.walk(os.path.join(tables["target"], "data"))
-        for name in names
-        if name.endswith(".parquet")
-    }
-    assert on_disk == referenced
+    assert stray not in referenced and len(referenced) >= 3
     assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
 
 
@@ -110,7 +106,8 @@ def test_duplicate_primary_key_is_refused_and_nothing_is_committed(spark, tables
     with pytest.raises(UpstreamError, match=r"not unique in the upstream: MV key \{'order_id': 17\} appears 2 times"):
         run_snapshot(spark, job_for(tables), chunk_bytes=1)
     assert not os.path.isdir(os.path.join(tables["target"], "_delta_log"))
-    assert not os.path.isdir(os.path.join(tables["target"], "data", "snapshot-e2"))
+    leftovers = [name for name in os.listdir(tables["target"]) if name != "_airflow_backfill"]
+    assert leftovers == [], "the chunks of the refused snapshot were left in the MV's folder"
 
 
 def test_an_unverified_primary_key_is_taken_as_declared(spark, tables, caplog):
@@ -121,4 +118,4 @@ def test_an_unverified_primary_key_is_taken_as_declared(spark, tables, caplog):
     with caplog.at_level("INFO", logger="airflow_backfill.engine.snapshot"):
         result = run_snapshot(spark, job, chunk_bytes=1)
     assert result.skipped is False and "not verified (verify_primary_key: false)" in caplog.text
-    assert DeltaTable(tables["target"]).to_pyarrow_table().column("order_id").to_pylist().count(17) == 2
+    assert table_rows(tables["target"]).column("order_id").to_pylist().count(17) == 2

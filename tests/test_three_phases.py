@@ -8,6 +8,7 @@ import time
 
 import pytest
 from deltalake import DeltaTable
+from helpers_delta import mv_commits
 
 from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.forward import ForwardBounds, run_forward
@@ -30,11 +31,6 @@ def make_job(tables: dict[str, str], **overrides) -> BackfillJob:
         backfill_parallelism=2, parallelism=1, lag_threshold=0, poll_interval=0.2,
     )
     return BackfillJob(**tables, **{**fields, **overrides})
-
-
-def mv_commits(target: str) -> list[dict]:
-    history = DeltaTable(target).history()
-    return sorted(history, key=lambda commit: commit["version"])
 
 
 def wait_for_version(uri: str, version: int, timeout: float = 30.0) -> None:

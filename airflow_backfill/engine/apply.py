@@ -1,33 +1,30 @@
 """Apply a range of upstream epochs to the MV in one commit (catch-up and forward).
 
-The range is read from the log store. For a stateless query it is netted per upstream
-key, mapped through the MV query by Spark, and merged into the MV by delta-rs together
-with the new watermark. An aggregate folds it into its per-group state first
-(`aggregate_apply`). Re-running an already committed range is a no-op: the watermark
-tells.
+One epoch range travels downwards: its change rows are read from the upstream's log
+store by Spark (only the columns the query needs); for a stateless query they are netted
+per upstream key, mapped through the MV query and merged into the MV by Delta's MERGE
+together with the new watermark; an aggregate folds them into its per-group state first
+(`aggregate_apply`). Every step runs on the executors. Re-running an already committed
+range is a no-op: the watermark tells, and Delta skips a transaction version it has.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.aggregate_apply import (
-    apply_aggregate_changes,
-    commit_watermarks_only,
-    recover_state_ahead,
-)
-from airflow_backfill.engine.changes import COMMIT_TIMESTAMP, mv_changes, net_changes
-from airflow_backfill.engine.delta_log import load_table, read_watermark
+from airflow_backfill.engine.aggregate_apply import apply_aggregate_changes, recover_state_ahead
+from airflow_backfill.engine.changes import mv_changes, net_changes
+from airflow_backfill.engine.delta.change_feed import check_schema_unchanged, read_change_feed
+from airflow_backfill.engine.delta.commits import CommitInfo, merge_keyed
+from airflow_backfill.engine.delta_log import read_watermark
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.log_store import check_schema_unchanged, read_change_feed
-from airflow_backfill.engine.mv_commit import CommitInfo, conform_changes, merge_changes, nullable_key
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from airflow_backfill.engine.query import QueryPlan
     from airflow_backfill.job import BackfillJob
@@ -81,18 +78,13 @@ def apply_epochs(
             return AppliedRange(start, watermark, 0, 0, time.monotonic() - started)
         return None
     check_schema_unchanged(job.source, watermark, end_version)
-    feed = read_change_feed(job.source, watermark, end_version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
-    if plan.aggregate is not None and not feed.num_rows:
-        mv_rows_changed = commit_watermarks_only(job, end_version, phase=phase, parallelism=parallelism)
-    elif plan.aggregate is not None:
-        mv_rows_changed = apply_aggregate_changes(
-            spark, job, plan, feed, end_version, phase=phase, parallelism=parallelism
-        )
+    info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=0)
+    if plan.aggregate is not None:
+        change_rows, mv_rows_changed = apply_aggregate_changes(spark, job, plan, watermark, info)
     else:
-        changes = spark.createDataFrame(feed.drop_columns([COMMIT_TIMESTAMP]))
-        mv_rows_changed = _apply_stateless(spark, job, plan, changes, end_version, phase, parallelism)
-    applied = AppliedRange(start, end_version, feed.num_rows, mv_rows_changed, time.monotonic() - started)
+        change_rows, mv_rows_changed = _apply_stateless(spark, job, plan, watermark, info)
+    applied = AppliedRange(start, end_version, change_rows, mv_rows_changed, time.monotonic() - started)
     log.info(
         "%s: applied epochs %s..%s (%s change rows, %s MV keys) in %.2fs",
         phase, watermark + 1, end_version, applied.change_rows, applied.mv_rows_changed, applied.seconds,
@@ -101,16 +93,26 @@ def apply_epochs(
 
 
 def _apply_stateless(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, changes: DataFrame, end_version: int,
-    phase: str, parallelism: int,
-) -> int:
-    """Net the changes per upstream key, map them through the query, merge them by MV key."""
-    keyed = mv_changes(spark, net_changes(changes, plan.upstream_key), plan)
-    target = load_table(job.target)
-    arrow_changes = conform_changes(keyed.toArrow(), target)
-    info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=arrow_changes.num_rows)
-    maybe_crash(phase, "after_write")
-    merge_changes(job, arrow_changes, plan.mv_key, info, null_safe_keys=nullable_key(target, plan.mv_key),
-                  table=target)
-    maybe_crash(phase, "after_commit")
-    return arrow_changes.num_rows
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, info: CommitInfo,
+) -> tuple[int, int]:
+    """Net the range's changes per upstream key, map them through the query, MERGE them by MV key.
+
+    The keyed changes are cached: counted once for the commit's metadata, then merged.
+    Returns (change rows read, MV keys changed).
+    """
+    feed = read_change_feed(spark, job.source, watermark, info.epoch).cache()
+    try:
+        keyed = mv_changes(spark, net_changes(feed, plan.upstream_key), plan).cache()
+        try:
+            change_rows, keys_changed = feed.count(), keyed.count()
+            maybe_crash(info.phase, "after_write")
+            null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
+            committed = replace(info, rows=keys_changed)
+            merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                        user_metadata=committed.user_metadata(job), null_safe=null_safe)
+            maybe_crash(info.phase, "after_commit")
+            return change_rows, keys_changed
+        finally:
+            keyed.unpersist()
+    finally:
+        feed.unpersist()

@@ -1,13 +1,15 @@
 """Phase 2, log-store catch-up: replay the upstream's change feed in rounds.
 
-Each round covers every epoch pending at its start, so the epochs pending after a round
-are only those that arrived during it. Rounds repeat until the lag is at or under the
-job's threshold; if the lag stops shrinking for `max_stalled_rounds` rounds (the
-upstream writes faster than a round applies), catch-up hands over to forward with a
-warning, which loses nothing because forward continues from the same watermark.
+Each round covers every epoch pending at its start, or as many as the round's bounds
+allow (`max_round_epochs`, `max_round_bytes`), in one MV commit. Rounds repeat until the
+lag is at or under the job's threshold; if the lag stops shrinking for
+`max_stalled_rounds` rounds (the upstream writes faster than a round applies), catch-up
+hands over to forward with a warning, which loses nothing because forward continues
+from the same watermark.
 
 Every round re-reads the live-control overrides (`airflow-backfill alter`), so a new
-backfill parallelism or rate limit applies from the next round without a restart.
+backfill parallelism, rate limit or round bound applies from the next round without a
+restart.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.apply import apply_epochs, current_watermark
 from airflow_backfill.engine.control import BackfillSettings, effective_settings
+from airflow_backfill.engine.delta.change_feed import round_end
 from airflow_backfill.engine.delta_log import check_upstream, commit_timestamp, latest_version
 from airflow_backfill.engine.parallelism import runtime_conf_for
 from airflow_backfill.engine.query import QueryPlan, plan_query
@@ -40,7 +43,7 @@ class CatchUpRound:
 
     round: int
     pending_epochs: int
-    """Epochs pending when the round started (all of them are applied by the round)."""
+    """Epochs pending when the round started (all of them are applied unless the round is bounded)."""
     seconds_behind: float
     """Age of the newest applied upstream epoch relative to the MV's watermark epoch."""
     change_rows: int
@@ -111,8 +114,10 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
             converged = False
             break
         settings = _round_settings(spark, job, parallelism, settings, len(rounds) + 1)
-        rounds.append(_run_round(spark, job, plan, latest, pending, settings, len(rounds) + 1))
-        watermark = latest
+        end = round_end(job.source, watermark, latest, max_epochs=settings.max_round_epochs,
+                        max_bytes=settings.max_round_bytes)
+        rounds.append(_run_round(spark, job, plan, end, pending, settings, len(rounds) + 1))
+        watermark = end
         job_state.update_state(job.target, catch_up_rounds=[asdict(r) for r in rounds], watermark=watermark,
                                parallelism=settings.backfill_parallelism)
     job_state.update_state(
@@ -139,17 +144,17 @@ def _round_settings(
 
 
 def _run_round(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, latest: int, pending: int,
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, end: int, pending: int,
     settings: BackfillSettings, number: int,
 ) -> CatchUpRound:
-    """Apply every pending epoch in one commit, then pace the round to the rate limit."""
+    """Apply the epochs up to `end` in one commit, then pace the round to the rate limit."""
     started = time.monotonic()
-    applied = apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_CATCH_UP,
+    applied = apply_epochs(spark, job, plan, end, phase=job_state.PHASE_CATCH_UP,
                            parallelism=settings.backfill_parallelism)
     change_rows = applied.change_rows if applied else 0
     paused = pace(change_rows, time.monotonic() - started, settings.rate_limit)
     return CatchUpRound(
-        round=number, pending_epochs=pending, seconds_behind=_seconds_behind(job.source, latest),
+        round=number, pending_epochs=pending, seconds_behind=_seconds_behind(job.source, end),
         change_rows=change_rows, seconds=round(time.monotonic() - started, 3),
         parallelism=settings.backfill_parallelism, rate_limit=settings.rate_limit,
         paused_seconds=round(paused, 3),

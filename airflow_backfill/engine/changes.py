@@ -1,8 +1,8 @@
 """Turn a range of the upstream's change feed into keyed changes of the MV.
 
-Pure functions of DataFrames (or, for `signed_rows`, Arrow tables): they never touch the
-Delta logs, so they are tested with small in-memory data and reused by both catch-up
-and forward.
+Pure functions of DataFrames: they never touch the Delta logs, so they are tested with
+small in-memory data and reused by both catch-up and forward. Spark runs them on the
+executors; nothing here brings rows to the driver.
 """
 
 from __future__ import annotations
@@ -10,19 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
+from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
 from airflow_backfill.engine.query import SOURCE_TABLE, QueryPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-CHANGE_TYPE = "_change_type"
-COMMIT_VERSION = "_commit_version"
-COMMIT_TIMESTAMP = "_commit_timestamp"
-FEED_COLUMNS = frozenset({CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP})
-"""The columns a change feed adds to the upstream's."""
 DELETED = "__deleted"
 PRESENT = "__present"
 
@@ -46,7 +39,7 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...]) -> DataFrame:
     latest_first = Window.partitionBy(*upstream_key).orderBy(
         F.col(COMMIT_VERSION).desc(), F.col("__rank").desc()
     )
-    upstream_columns = [c for c in changes.columns if c not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
+    upstream_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
     return (
         changes.withColumn("__rank", rank)
         .withColumn("__n", F.row_number().over(latest_first))
@@ -63,22 +56,19 @@ _ARRIVING = ("insert", "update_postimage")
 _LEAVING = ("delete", "update_preimage")
 
 
-def signed_rows(feed: pa.Table, columns: Sequence[str]) -> pa.Table:
+def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Every change row as an upstream row (only `columns`) with `__sign`: +1 when it
     arrives, -1 when it leaves.
 
     Inserts and post-images add their row, deletes and pre-images remove theirs. Summed
     per group this is exactly what a range of epochs does to an aggregate, with no
-    netting per key (a key rewritten in one commit removes and re-adds its row). Done
-    in Arrow on the driver: the range is already there, and Spark then only sees the
-    columns the aggregate reads.
+    netting per key (a key rewritten in one commit removes and re-adds its row).
     """
-    change_type = feed[CHANGE_TYPE].cast(pa.string())
-    sign = pc.if_else(
-        pc.is_in(change_type, pa.array(_ARRIVING)), 1,
-        pc.if_else(pc.is_in(change_type, pa.array(_LEAVING)), -1, None),
-    ).cast(pa.int32())
-    return feed.select(list(columns)).append_column(SIGN, sign).filter(pc.is_valid(sign))
+    from pyspark.sql import functions as F
+
+    change = F.col(CHANGE_TYPE)
+    sign = (F.when(change.isin(*_ARRIVING), F.lit(1)).when(change.isin(*_LEAVING), F.lit(-1))).cast("int")
+    return feed.select(*(F.col(f"`{c}`") for c in columns), sign.alias(SIGN)).filter(F.col(SIGN).isNotNull())
 
 
 def apply_query(spark: SparkSession, rows: DataFrame, query: str) -> DataFrame:

@@ -1,4 +1,4 @@
-"""Live control of a running job: backfill parallelism and rate limit overrides.
+"""Live control of a running job: backfill parallelism, rate limit and round bounds.
 
 `airflow-backfill alter` writes `<target>/_airflow_backfill/control.json`; the phases
 read it at every snapshot chunk and catch-up round (the next safe point), so a change
@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.job import validate_parallelism, validate_rate_limit
+from airflow_backfill.job import validate_parallelism, validate_rate_limit, validate_round_bound
 
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
 CONTROL_FILE = "control.json"
-_KEYS = ("backfill_parallelism", "rate_limit")
+_KEYS = ("backfill_parallelism", "rate_limit", "max_round_epochs", "max_round_bytes")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,8 @@ class BackfillSettings:
     backfill_parallelism: int
     rate_limit: int | None
     altered: bool
+    max_round_epochs: int | None = None
+    max_round_bytes: int | None = None
 
 
 def control_path(target: str) -> str:
@@ -52,6 +54,9 @@ def _validate(overrides: dict[str, Any], origin: str) -> dict[str, Any]:
             validate_parallelism("backfill_parallelism", overrides["backfill_parallelism"])
         if "rate_limit" in overrides:
             validate_rate_limit(overrides["rate_limit"])
+        for bound in ("max_round_epochs", "max_round_bytes"):
+            if bound in overrides:
+                validate_round_bound(bound, overrides[bound])
     except BackfillConfigError as error:
         raise BackfillConfigError(f"{origin}: {error}") from None
     return overrides
@@ -103,6 +108,8 @@ def effective_settings(job: BackfillJob, parallelism: int | None = None) -> Back
         backfill_parallelism=overrides.get("backfill_parallelism", parallelism or job.backfill_parallelism),
         rate_limit=overrides.get("rate_limit", job.rate_limit),
         altered=bool(overrides),
+        max_round_epochs=overrides.get("max_round_epochs", job.max_round_epochs),
+        max_round_bytes=overrides.get("max_round_bytes", job.max_round_bytes),
     )
 
 

@@ -25,10 +25,7 @@ METADATA_PREFIX = "airflow_backfill."
 log = logging.getLogger(__name__)
 _loaded = threading.local()
 _LOG_FILE = re.compile(r"^(\d{20})\.(?:json|checkpoint(?:\.\d+\.\d+)?\.parquet)$")
-_UNSUPPORTED_READER_FEATURES = {
-    "deletionVectors": "deletion vectors",
-    "columnMapping": "column mapping",
-}
+_UNSUPPORTED_READER_FEATURES = {"columnMapping": "column mapping"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +35,9 @@ class UpstreamInfo:
     uri: str
     version: int
     schema: pa.Schema
+    deletion_vectors: bool = False
+    """True when the table may mark rows deleted outside its data files (then it is read
+    through Delta, never as plain Parquet files)."""
 
 
 def table_exists(uri: str) -> bool:
@@ -132,7 +132,7 @@ def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
     """Validate that the upstream can be backfilled from and describe it at `version`.
 
     Refused: a missing table, a table without the Change Data Feed (catch-up and forward
-    read it), and reader features that make the Parquet files alone not the table's rows.
+    read it), partitioned tables and column mapping (physical column names).
     """
     table = open_upstream(uri, version)
     configuration = table.metadata().configuration
@@ -146,8 +146,8 @@ def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
     for feature, label in _UNSUPPORTED_READER_FEATURES.items():
         if feature in features:
             raise UpstreamError(
-                f"upstream {uri} uses {label} (reader feature {feature!r}); its Parquet files "
-                "cannot be read without them. Rewrite the table without that feature."
+                f"upstream {uri} uses {label} (reader feature {feature!r}), which this version "
+                "does not read. Rewrite the table without that feature."
             )
     if configuration.get("delta.columnMapping.mode", "none") not in ("none", None):
         raise UpstreamError(
@@ -158,7 +158,8 @@ def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
             f"upstream {uri} is partitioned by {table.metadata().partition_columns}; "
             "partitioned upstreams are not supported yet. Use an unpartitioned copy."
         )
-    return UpstreamInfo(uri=uri, version=table.version(), schema=arrow_schema(table))
+    return UpstreamInfo(uri=uri, version=table.version(), schema=arrow_schema(table),
+                        deletion_vectors="deletionVectors" in features)
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:
@@ -166,11 +167,23 @@ def arrow_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
+def snapshot_app_id(app_id: str) -> str:
+    """The app transaction a snapshot's chunk commits carry (version = chunks committed)."""
+    return f"{app_id}/snapshot"
+
+
 def read_watermark(target: str, app_id: str) -> int | None:
-    """The upstream epoch the MV reflects, from its app transaction; None if not created."""
+    """The upstream epoch the MV reflects, from its app transaction; None if not created.
+
+    A table whose only transaction is the snapshot's chunks is an MV being created: it
+    has no watermark yet, and nothing may read it as the MV.
+    """
     if not table_exists(target):
         return None
-    version = load_table(target).transaction_version(app_id)
+    table = load_table(target)
+    version = table.transaction_version(app_id)
+    if version is None and table.transaction_version(snapshot_app_id(app_id)) is not None:
+        return None
     if version is None:
         raise TargetError(
             f"target {target} is a Delta table that was not built by this job ({app_id}); "

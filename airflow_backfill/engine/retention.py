@@ -4,7 +4,7 @@ Catch-up replays the change feed from the snapshot's epoch, so the upstream must
 that epoch's log entries (`delta.logRetentionDuration`, default 30 days) and change
 files (`delta.deletedFileRetentionDuration`, default 7 days; VACUUM deletes older
 ones) until the MV has caught up. If they expire first, catch-up fails (see
-log_store.py) and the backfill starts over, so the risk is flagged up front.
+delta/change_feed.py) and the backfill starts over, so the risk is flagged up front.
 """
 
 from __future__ import annotations

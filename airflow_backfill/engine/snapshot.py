@@ -1,17 +1,22 @@
 """Phase 1, snapshot: the MV query over the upstream as of one pinned epoch.
 
-Spark reads the upstream's Parquet files as listed by the Delta log at epoch `E` (never
-the live directory, which keeps changing), chunk by chunk. Each chunk's output is
-written and recorded as done before the next starts, so a crash costs at most the chunk
-in flight. When every chunk is done, delta-rs creates the MV in a single commit whose
-watermark is `E`: until then the MV does not exist for readers, and files of crashed
-attempts are never referenced and are removed on the next run. The upstream is only
-read, so it keeps committing meanwhile. For an aggregate, a chunk's output is the
-partial per-group state of its files, combined at commit (`aggregate_snapshot`).
+Spark reads the upstream's files as listed by the Delta log at epoch `E` (never the live
+directory, which keeps changing), chunk by chunk, and appends each chunk's output to its
+chunk table in one idempotent delta-spark commit (app transaction
+`airflow_backfill/<job>/snapshot`, version = chunks committed), so a crash costs at most
+the chunk in flight and a rerun skips what the log says is committed. For a stateless
+query the chunk table is the MV itself; the snapshot ends with the commit that records
+watermark `E`, and until then the MV has no watermark: the sensor, downstream jobs and
+the checks treat it as not created. For an aggregate, a chunk's output is the partial
+per-group state of its files, appended to a staging table and combined at commit
+(`aggregate_snapshot`). The upstream is only read, so it keeps committing meanwhile. An
+upstream with deletion vectors (for example another job's MV) is read through Delta as
+one chunk, since its files alone are not its rows.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -20,13 +25,29 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from deltalake import DeltaTable
+
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.aggregate_snapshot import chunk_query, commit_aggregate_snapshot
+from airflow_backfill.engine.aggregate_snapshot import (
+    chunk_query,
+    commit_aggregate_snapshot,
+    discard_partials,
+    partials_uri,
+)
 from airflow_backfill.engine.changes import apply_query
 from airflow_backfill.engine.control import effective_settings
-from airflow_backfill.engine.delta_log import UpstreamInfo, check_upstream, read_watermark
+from airflow_backfill.engine.delta.commits import CommitInfo, append, commit_watermark_only
+from airflow_backfill.engine.delta_log import (
+    METADATA_PREFIX,
+    UpstreamInfo,
+    check_upstream,
+    commit_metadata,
+    load_table,
+    read_watermark,
+    snapshot_app_id,
+    table_exists,
+)
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.mv_commit import CommitInfo, add_actions_for, create_mv
 from airflow_backfill.engine.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.snapshot_chunks import (
@@ -39,9 +60,7 @@ from airflow_backfill.engine.snapshot_progress import (
     DoneChunk,
     SnapshotProgress,
     discard_progress,
-    epoch_dir,
     load_progress,
-    remove_unrecorded_output,
     save_progress,
 )
 from airflow_backfill.engine.writer_lock import writer_lock
@@ -92,18 +111,19 @@ def _snapshot(
     if existing is not None:
         log.info("MV %s already exists at watermark %s: snapshot skipped", job.target, existing)
         return SnapshotResult(existing, 0, True, time.monotonic() - started)
-    upstream, progress = _pin_epoch(job, epoch)
+    upstream, progress = _pin_epoch(job, plan, epoch)
     output_schema = mv_schema(spark, upstream, plan)
     chunks = plan_chunks(list_upstream_files(job.source, upstream.version), chunk_bytes)
+    if upstream.deletion_vectors and len(chunks) > 1:
+        chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
     if progress is None or progress.chunks_total != len(chunks):
+        _discard_chunks(job, plan)
         progress = SnapshotProgress(
             epoch=upstream.version, chunks_total=len(chunks),
             rows_total=sum(c.rows for c in chunks), files_total=sum(len(c.files) for c in chunks),
         )
         save_progress(job.target, progress)
-    removed = remove_unrecorded_output(job.target, progress)
-    if removed:
-        log.info("removed %s output folder(s) of crashed attempts", len(removed))
+    _reconcile_with_log(job, plan, progress, chunks)
     job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING, pinned_epoch=upstream.version)
     log.info(
         "snapshot of %s at epoch %s: %s chunks (%s already done), %s rows in %s files",
@@ -128,7 +148,7 @@ def _snapshot(
     return SnapshotResult(upstream.version, rows, False, seconds, chunks_run)
 
 
-def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, SnapshotProgress | None]:
+def _pin_epoch(job: BackfillJob, plan: QueryPlan, epoch: int | None) -> tuple[UpstreamInfo, SnapshotProgress | None]:
     """The epoch to snapshot: an unfinished snapshot's epoch wins, so its chunks are reused."""
     progress = load_progress(job.target)
     if progress is not None:
@@ -140,8 +160,64 @@ def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, Snaps
         except BackfillError as error:
             log.warning("cannot resume the snapshot at epoch %s (%s); starting over", progress.epoch, error)
             discard_progress(job.target)
-            remove_unrecorded_output(job.target, None)
     return check_upstream(job.source, epoch), None
+
+
+def chunk_table(job: BackfillJob, plan: QueryPlan) -> str:
+    """Where the snapshot's chunks are appended: the MV itself, or an aggregate's partials."""
+    return job.target if plan.aggregate is None else partials_uri(job.target)
+
+
+def _committed_chunks(job: BackfillJob, plan: QueryPlan) -> int:
+    """How many chunks the chunk table's log says are committed (they commit in order)."""
+    uri = chunk_table(job, plan)
+    if not table_exists(uri):
+        return 0
+    return int(load_table(uri).transaction_version(snapshot_app_id(job.app_id)) or 0)
+
+
+def _reconcile_with_log(job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, chunks: list[Chunk]) -> None:
+    """The log decides which chunks are done: a chunk committed by a run killed before it
+    recorded the chunk is taken as done (its facts read back from its commit)."""
+    committed = _committed_chunks(job, plan)
+    recorded = {entry.get("chunk"): entry for entry in _chunk_commits(chunk_table(job, plan), committed)}
+    for chunk in chunks[:committed]:
+        if chunk.index not in progress.done:
+            entry = recorded.get(str(chunk.index), {})
+            progress.done[chunk.index] = DoneChunk(
+                index=chunk.index, rows_in=chunk.rows, rows_out=int(entry.get("rows", 0)),
+                seconds=float(entry.get("seconds", 0.0)), parallelism=int(entry.get("parallelism", 0)),
+                run_id=str(entry.get("run_id", "")),
+            )
+    for index in [index for index in progress.done if index >= committed]:
+        del progress.done[index]  # recorded but not in the log: redo it
+    save_progress(job.target, progress)
+
+
+def _chunk_commits(uri: str, committed: int) -> list[dict]:
+    """The metadata of the chunk commits in the chunk table's recent history."""
+    if not committed:
+        return []
+    entries = [commit_metadata(commit) for commit in DeltaTable(uri).history(limit=committed + 1)]
+    return [entry for entry in entries if "chunk" in entry]
+
+
+def _discard_chunks(job: BackfillJob, plan: QueryPlan) -> None:
+    """Forget the chunks of an abandoned snapshot plan (the MV has no watermark yet)."""
+    if plan.aggregate is not None:
+        discard_partials(job.target)
+        return
+    if table_exists(job.target) and read_watermark(job.target, job.app_id) is None:
+        discard_uncreated_mv(job.target)
+
+
+def discard_uncreated_mv(target: str) -> None:
+    """Delete an MV that never got a watermark (its chunks only); the job's folder stays."""
+    for name in os.listdir(target):
+        if name != job_state.STATE_DIR:
+            path = os.path.join(target, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    log.info("removed the chunks of an unfinished snapshot from %s", target)
 
 
 def mv_schema(spark: SparkSession, upstream: UpstreamInfo, plan: QueryPlan) -> StructType:
@@ -157,9 +233,15 @@ def mv_schema(spark: SparkSession, upstream: UpstreamInfo, plan: QueryPlan) -> S
 
 
 def read_files(spark: SparkSession, upstream: UpstreamInfo, chunk: Chunk) -> DataFrame:
-    """The rows of one chunk, read with the upstream's Delta schema."""
+    """The rows of one chunk, read with the upstream's Delta schema.
+
+    Plain Parquet reads of the files the log lists at the epoch; an upstream with
+    deletion vectors is read through Delta's time travel instead (as one chunk).
+    """
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    if upstream.deletion_vectors:
+        return spark.read.format("delta").option("versionAsOf", upstream.version).load(upstream.uri)
     return spark.read.schema(from_arrow_schema(upstream.schema)).parquet(*(f.path for f in chunk.files))
 
 
@@ -167,19 +249,29 @@ def _run_chunk(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: UpstreamInfo, chunk: Chunk,
     progress: SnapshotProgress, run_id: str, parallelism: int | None,
 ) -> None:
+    """Query one chunk and append its output to the chunk table in one idempotent commit."""
     settings = effective_settings(job, parallelism)
     started = time.monotonic()
-    out_dir = os.path.join(epoch_dir(job.target, progress.epoch), f"chunk-{chunk.index:05d}-{run_id}")
     rows = apply_query(spark, read_files(spark, upstream, chunk), chunk_query(plan))
-    rows.coalesce(settings.backfill_parallelism).write.parquet(out_dir)
-    _, rows_out = add_actions_for(job.target, out_dir)
+    uri = chunk_table(job, plan)
+    facts = {"chunk": str(chunk.index), "epoch": str(progress.epoch), "rows_in": str(chunk.rows),
+             "parallelism": str(settings.backfill_parallelism), "run_id": run_id}
+    append(rows.coalesce(settings.backfill_parallelism), uri, app_id=snapshot_app_id(job.app_id),
+           version=chunk.index + 1, create=not table_exists(uri),
+           user_metadata=json.dumps({METADATA_PREFIX + key: value for key, value in facts.items()}))
     progress.done[chunk.index] = DoneChunk(
-        index=chunk.index, data_dir=os.path.relpath(out_dir, job.target), rows_in=chunk.rows,
-        rows_out=rows_out, seconds=round(time.monotonic() - started, 3),
-        parallelism=settings.backfill_parallelism, run_id=run_id,
+        index=chunk.index, rows_in=chunk.rows, rows_out=_rows_written(uri),
+        seconds=round(time.monotonic() - started, 3), parallelism=settings.backfill_parallelism, run_id=run_id,
     )
     save_progress(job.target, progress)
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)
+
+
+def _rows_written(uri: str) -> int:
+    """Rows the table's latest commit wrote (its operation metrics)."""
+    history = DeltaTable(uri).history(limit=1)
+    metrics = history[0].get("operationMetrics", {}) if history else {}
+    return int(metrics.get("numOutputRows", 0))
 
 
 def _log_progress(progress: SnapshotProgress, started: float) -> None:
@@ -197,41 +289,41 @@ def _commit_snapshot(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, upstream: UpstreamInfo,
     schema: StructType,
 ) -> int:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
+    """Record watermark `E` on the MV (the commit that makes it exist for readers)."""
     done = [progress.done[index] for index in sorted(progress.done)]
     parallelism = done[-1].parallelism if done else job.backfill_parallelism
     extra = {"chunks": str(len(done)), "chunk_parallelism": ",".join(str(c.parallelism) for c in done)}
     if plan.aggregate is not None:
         info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=0, extra=extra)
-        rows = commit_aggregate_snapshot(spark, job, plan, progress, upstream, schema, info)
+        rows = commit_aggregate_snapshot(spark, job, plan, upstream, schema, info)
         maybe_crash(PHASE, "after_commit")
         return rows
     if job.verify_primary_key:
-        _refuse_duplicate_keys(spark, job, plan, done)
+        _refuse_duplicate_keys(spark, job, plan)
     else:
         log.info("primary-key uniqueness not verified (verify_primary_key: false)")
-    actions, rows = [], 0
-    for chunk in done:
-        chunk_actions, chunk_rows = add_actions_for(job.target, os.path.join(job.target, chunk.data_dir))
-        actions.extend(chunk_actions)
-        rows += chunk_rows
+    rows = sum(chunk.rows_out for chunk in done)
     maybe_crash(PHASE, "after_write")
     info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=rows, extra=extra)
-    create_mv(job, to_arrow_schema(schema, timezone="UTC"), actions, info)
+    if table_exists(job.target):
+        commit_watermark_only(spark, job.target, schema, app_id=job.app_id, version=progress.epoch,
+                              user_metadata=info.user_metadata(job))
+    else:  # an empty upstream: no chunk created the table
+        append(spark.createDataFrame([], schema), job.target, app_id=job.app_id, version=progress.epoch,
+               user_metadata=info.user_metadata(job), create=True)
+    log.info("created MV %s at epoch %s with %s rows", job.target, progress.epoch, rows)
     maybe_crash(PHASE, "after_commit")
     return rows
 
 
-def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan, done: list[DoneChunk]) -> None:
+def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan) -> None:
     """The MV key must be unique; a duplicate means the upstream's key is not a key."""
-    if not done:
+    if not table_exists(job.target):
         return
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    paths = [os.path.join(job.target, chunk.data_dir) for chunk in done]
-    keys = spark.read.parquet(*paths).select(*plan.mv_key)
+    keys = spark.read.format("delta").load(job.target).select(*plan.mv_key)
     # A count over a window partitioned by the key (one shuffle, then a sort) is about twice
     # as fast as a GROUP BY on keys that are nearly all distinct: partial aggregation
     # cannot shrink them, so its hash maps only cost memory.
@@ -240,7 +332,7 @@ def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPla
     if duplicate:
         row = duplicate[0].asDict()
         count = row.pop("count")
-        shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)  # the whole epoch's output
+        discard_uncreated_mv(job.target)
         discard_progress(job.target)
         raise UpstreamError(
             f"primary key {list(job.primary_key)} is not unique in the upstream: MV key {row} appears "

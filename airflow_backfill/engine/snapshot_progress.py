@@ -1,17 +1,18 @@
-"""Durable progress of a snapshot: which chunks are done and where their output is.
+"""Durable progress of a snapshot: its plan (epoch, chunks, totals) and the chunks done.
 
-Stored in `<target>/_airflow_backfill/snapshot.json` and replaced atomically after each
-chunk, so a crash leaves either the old or the new record, never half of one. Output
-folders not listed as done belong to an attempt that crashed and are removed on resume.
+Stored in `<target>/_airflow_backfill/snapshot.json` and replaced atomically, so a crash
+leaves either the old or the new record, never half of one. The plan is saved before the
+first chunk runs. Which chunks are committed is decided by the Delta log (each chunk is
+one idempotent append); this file adds what the log does not say directly (rows read,
+seconds, parallelism per chunk) for the logs, `status` and the final commit's metadata.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from airflow_backfill.engine.job_state import state_dir
 
@@ -21,8 +22,6 @@ PROGRESS_FILE = "snapshot.json"
 @dataclass(frozen=True)
 class DoneChunk:
     index: int
-    data_dir: str
-    """Relative to the MV table root."""
     rows_in: int
     rows_out: int
     seconds: float
@@ -45,18 +44,14 @@ class SnapshotProgress:
 
 
 
-def epoch_dir(target: str, epoch: int) -> str:
-    """Where the snapshot at `epoch` writes its chunks' files (inside the MV table root)."""
-    return os.path.join(target, "data", f"snapshot-e{epoch}")
-
-
 def load_progress(target: str) -> SnapshotProgress | None:
     try:
         with open(os.path.join(state_dir(target), PROGRESS_FILE)) as handle:
             data = json.load(handle)
     except FileNotFoundError:
         return None
-    done = {int(k): DoneChunk(**v) for k, v in data.pop("done").items()}
+    known = {f.name for f in fields(DoneChunk)}  # records of older versions may carry more
+    done = {int(k): DoneChunk(**{n: v for n, v in chunk.items() if n in known}) for k, chunk in data.pop("done").items()}
     return SnapshotProgress(**data, done=done)
 
 
@@ -78,24 +73,3 @@ def discard_progress(target: str) -> None:
         os.remove(os.path.join(state_dir(target), PROGRESS_FILE))
     except FileNotFoundError:
         pass
-
-
-def remove_unrecorded_output(target: str, progress: SnapshotProgress | None) -> list[str]:
-    """Delete chunk folders no progress record points to (output of crashed attempts)."""
-    data_root = os.path.join(target, "data")
-    if not os.path.isdir(data_root):
-        return []
-    keep = {os.path.normpath(os.path.join(target, c.data_dir)) for c in (progress.done.values() if progress else [])}
-    removed: list[str] = []
-    for epoch_name in os.listdir(data_root):
-        epoch_path = os.path.join(data_root, epoch_name)
-        if not epoch_name.startswith("snapshot-e") or not os.path.isdir(epoch_path):
-            continue
-        for chunk_name in os.listdir(epoch_path):
-            chunk_path = os.path.normpath(os.path.join(epoch_path, chunk_name))
-            if chunk_path not in keep:
-                shutil.rmtree(chunk_path, ignore_errors=True)
-                removed.append(chunk_path)
-        if not os.listdir(epoch_path):
-            os.rmdir(epoch_path)
-    return removed

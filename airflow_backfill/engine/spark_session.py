@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
+from airflow_backfill.exceptions import BackfillConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
+DELTA_CLASS = "io.delta.tables.DeltaTable"
 DEFAULT_MASTER = "local[*]"
 """The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
 
@@ -61,10 +63,31 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
+        # Delta rebuilds a table's state (its file list) with a Spark job after each commit;
+        # the default of 50 tasks is pure overhead for logs of this size.
+        "spark.databricks.delta.snapshotPartitions": str(parallelism),
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _require_delta(session)
     log.info("spark session master=%s parallelism=%s", master, parallelism)
     return session
+
+
+def _require_delta(session: SparkSession) -> None:
+    """Fail with the fix when the driver cannot load Delta Lake's classes.
+
+    Under spark-submit the driver's classpath is fixed at launch, so jars set while the
+    session is built reach the executors but not the driver.
+    """
+    jvm: Any = session._jvm  # type: ignore[attr-defined]
+    try:
+        jvm.java.lang.Class.forName(DELTA_CLASS, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    except Exception:
+        raise BackfillConfigError(
+            "Delta Lake's Spark connector is not on this Spark driver's classpath. Give spark-submit the "
+            "Delta settings at launch: the phase operators do; by hand, `source scripts/env.sh` (its "
+            "SPARK_CONF_DIR holds them) or pass `--properties-file jars/conf/spark-defaults.conf`."
+        ) from None

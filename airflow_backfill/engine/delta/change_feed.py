@@ -1,22 +1,34 @@
-"""Read the upstream's log store: its Change Data Feed for a range of epochs.
+"""Read the upstream's log store, its Change Data Feed, for a range of epochs, with Spark.
 
-Before reading, the range is checked: every version in it must still have its log
-entry and every file its change feed is made of (change files, or the added and removed
-data files of commits without them), and the schema must not have changed since the
-MV's watermark. A gap would make the MV silently skip changes, so it is an error that
-says how to recover.
+Before reading, the range is checked from the Delta log alone (no data is read): every
+version in it must still have its log entry and every file its change feed is made of
+(change files, or the added and removed data files of commits without them), and the
+schema must not have changed since the MV's watermark. A gap would make the MV silently
+skip changes, so it is an error that says how to recover. The rows themselves are read
+by delta-spark on the executors (`readChangeFeed`), only the columns the query needs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import pyarrow as pa
 
 from airflow_backfill.engine.delta_log import arrow_schema, commit_actions, open_upstream
 from airflow_backfill.exceptions import UpstreamError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+FEED_COLUMNS = frozenset({CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP})
+"""The columns a change feed adds to the upstream's."""
 
 log = logging.getLogger(__name__)
 
@@ -42,32 +54,24 @@ def check_schema_unchanged(source: str, watermark: int, end_version: int) -> Non
         )
 
 
-def read_change_feed(source: str, watermark: int, end_version: int) -> pa.Table:
-    """All change rows of versions (watermark, end_version], in one Arrow table."""
-    table = open_upstream(source)
+def read_change_feed(
+    spark: SparkSession, source: str, watermark: int, end_version: int, columns: Sequence[str] | None = None,
+) -> DataFrame:
+    """The change rows of versions (watermark, end_version]: the upstream's `columns` (all
+    when None) plus `_change_type` and `_commit_version`, read lazily by Spark."""
+    check_range_readable(source, watermark, end_version)
+    feed = (
+        spark.read.format("delta").option("readChangeFeed", "true")
+        .option("startingVersion", watermark + 1).option("endingVersion", end_version).load(source)
+    )
+    wanted = [c for c in feed.columns if c not in FEED_COLUMNS] if columns is None else list(columns)
+    return feed.select(*(f"`{c}`" for c in wanted), CHANGE_TYPE, COMMIT_VERSION)
+
+
+def check_range_readable(source: str, watermark: int, end_version: int) -> None:
+    """Every log entry and change file of versions (watermark, end_version] still exists."""
     _check_versions_available(source, watermark, end_version)
     _check_change_files_available(source, watermark, end_version)
-    try:
-        reader = table.load_cdf(starting_version=watermark + 1, ending_version=end_version)
-        feed = _conform_feed(pa.table(reader.read_all()), arrow_schema(table))
-    except Exception as error:
-        raise UpstreamError(
-            f"cannot read the upstream's change feed for versions {watermark + 1}..{end_version}: "
-            f"{error}. The change files may have been vacuumed; rebuild the MV with a new snapshot."
-        ) from None
-    log.info("read %s change rows for upstream versions %s..%s", feed.num_rows, watermark + 1, end_version)
-    return feed
-
-
-def _conform_feed(feed: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Cast delta-rs' view types back to the table's plain types, which Spark reads."""
-    fields = list(schema) + [
-        pa.field("_change_type", pa.string()),
-        pa.field("_commit_version", pa.int64()),
-        pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-    ]
-    target = pa.schema([field.with_nullable(True) for field in fields])
-    return feed.select(target.names).cast(target)
 
 
 def _check_versions_available(source: str, watermark: int, end_version: int) -> None:
@@ -100,6 +104,32 @@ def change_files(source: str, version: int) -> list[str]:
             if kind in action and action[kind].get("dataChange", True):
                 data.append(action[kind]["path"])
     return [os.path.join(source, unquote(path)) for path in (cdc or data)]
+
+
+def change_bytes(source: str, version: int) -> int:
+    """Bytes of the files the change feed of one upstream version is read from (log sizes)."""
+    actions = commit_actions(source, version)
+    cdc = [action["cdc"].get("size", 0) for action in actions if "cdc" in action]
+    if cdc:
+        return int(sum(cdc))
+    return int(sum(
+        action[kind].get("size") or 0 for action in actions for kind in ("add", "remove")
+        if kind in action and action[kind].get("dataChange", True)
+    ))
+
+
+def round_end(source: str, watermark: int, latest: int, *, max_epochs: int | None, max_bytes: int | None) -> int:
+    """The last epoch one round applies: every pending one, or fewer under the round's
+    bounds (at least one epoch, so every round makes progress)."""
+    end = latest if max_epochs is None else min(latest, watermark + max_epochs)
+    if max_bytes is None:
+        return end
+    total = 0
+    for version in range(watermark + 1, end + 1):
+        total += change_bytes(source, version)
+        if total > max_bytes and version > watermark + 1:
+            return version - 1
+    return end
 
 
 def _check_change_files_available(source: str, watermark: int, end_version: int) -> None:

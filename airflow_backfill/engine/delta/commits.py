@@ -1,0 +1,137 @@
+"""Commits to the MV and the aggregate state through delta-spark, always with the watermark.
+
+Every commit carries the table's new watermark as the Delta app transaction
+(`txnAppId` = `airflow_backfill/<job>`, `txnVersion` = the upstream epoch) in the same
+atomic log entry as its data. Delta skips a write whose transaction version is not
+above the recorded one, so a retried round can neither apply its epochs twice nor move
+the watermark backwards. Commit facts (phase, epoch, parallelism, rows) travel as JSON in
+the commit's `userMetadata`, which delta-rs reads back on the Airflow side.
+
+All data moves on the executors: appends and MERGE are Spark jobs, the driver only
+plans them and writes the log entry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
+PRESENT = "__present"
+"""Column of keyed changes: true for a key's new row, null when the key leaves the table."""
+
+DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
+TABLE_PROPERTIES = {CDF_PROPERTY: "true", DELETION_VECTORS_PROPERTY: "true"}
+"""Properties of every table the engine creates: the change feed (an MV can be an upstream)
+and deletion vectors (MERGE marks replaced rows instead of rewriting whole files). Both
+stay readable by delta-rs 1.6, which reads deletion vectors and change files."""
+
+_TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What one commit records besides its data."""
+
+    phase: str
+    epoch: int
+    parallelism: int
+    rows: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def user_metadata(self, job: BackfillJob) -> str:
+        """The commit's `userMetadata`: JSON with the `airflow_backfill.*` fields."""
+        fields = {
+            "job": job.name, "source": job.source, "query": job.query, "epoch": str(self.epoch),
+            "phase": self.phase, "parallelism": str(self.parallelism), "rows": str(self.rows), **self.extra,
+        }
+        return json.dumps({METADATA_PREFIX + key: value for key, value in fields.items()}, sort_keys=True)
+
+
+def append(
+    frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
+) -> None:
+    """Append `frame` to the Delta table at `uri` (created when `create`) in one idempotent commit."""
+    writer = (
+        frame.write.format("delta").mode("append")
+        .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
+    )
+    if create:
+        for key, value in TABLE_PROPERTIES.items():
+            writer = writer.option(key, value)
+    writer.save(uri)
+
+
+def commit_watermark_only(spark: SparkSession, uri: str, schema: StructType, *, app_id: str, version: int,
+                          user_metadata: str) -> None:
+    """A commit without data that moves the watermark (the epochs changed nothing here)."""
+    append(spark.createDataFrame([], schema), uri, app_id=app_id, version=version, user_metadata=user_metadata)
+
+
+@contextmanager
+def session_transaction(spark: SparkSession, app_id: str, version: int, user_metadata: str) -> Iterator[None]:
+    """Make the DML commits of the block (MERGE) carry the app transaction and metadata.
+
+    MERGE takes no write options, so Delta reads them from the session; they are removed
+    afterwards so that no later write reuses them by mistake.
+    """
+    spark.conf.set(_TXN_APP_ID, app_id)
+    spark.conf.set(_TXN_VERSION, str(version))
+    spark.conf.set(_USER_METADATA, user_metadata)
+    try:
+        yield
+    finally:
+        for key in (_TXN_APP_ID, _TXN_VERSION, _USER_METADATA):
+            spark.conf.unset(key)
+
+
+def merge_keyed(
+    spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, app_id: str, version: int,
+    user_metadata: str, null_safe: bool,
+) -> None:
+    """Upsert the rows of `changes` whose `__present` is true and delete the keys whose
+    `__present` is null, moving the watermark, in one MERGE commit.
+
+    `changes` holds the table's columns (cast here to the table's types, so a merge never
+    widens them) plus `__present`, at most one row per key. Deletes of keys the table
+    does not have match nothing and insert nothing. `null_safe`: keys may be NULL and
+    NULL matches NULL (aggregate groups).
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    table = DeltaTable.forPath(spark, uri)
+    target = table.toDF().schema
+    source = changes.select(
+        *(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), F.col(PRESENT)
+    )
+    equal = "<=>" if null_safe else "="
+    condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
+    values: dict[str, str | Column] = {_quote(f.name): f"s.{_quote(f.name)}" for f in target.fields}
+    with session_transaction(spark, app_id, version, user_metadata):
+        (
+            table.alias("t").merge(source.alias("s"), condition)
+            .whenMatchedDelete(condition=f"s.{PRESENT} IS NULL")
+            .whenMatchedUpdate(condition=f"s.{PRESENT} IS NOT NULL", set=values)
+            .whenNotMatchedInsert(condition=f"s.{PRESENT} IS NOT NULL", values=values)
+            .execute()
+        )
+
+
+def _quote(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"

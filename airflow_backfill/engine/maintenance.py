@@ -1,0 +1,77 @@
+"""Keep an MV's files healthy: compaction, key clustering, deletion-vector purge, vacuum.
+
+Every MERGE adds small files and marks replaced rows in deletion vectors, so over time a
+round reads more files and more vectors. `OPTIMIZE ... ZORDER BY (key)` rewrites the MV
+into fewer files clustered by its key (so later MERGEs touch fewer of them); `REORG
+TABLE ... APPLY (PURGE)` rewrites files whose vectors mark many rows; VACUUM deletes
+unreferenced files older than the table's retention (never less: Delta refuses a
+shorter retention, which keeps time travel to epochs a downstream job may still read).
+None of these commits changes data (`dataChange = false`): the watermark, the MV's rows
+and its change feed stay as they are. Runs under the MV's writer lock, between phases.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.aggregate_state import state_uri
+from airflow_backfill.engine.delta_log import table_exists
+from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.writer_lock import writer_lock
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
+PHASE_MAINTENANCE = "maintenance"
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    tables: tuple[str, ...]
+    """The Delta tables maintained: the MV, and an aggregate's state table."""
+    files_before: int
+    files_after: int
+    seconds: float
+
+
+def maintain_mv(
+    spark: SparkSession, job: BackfillJob, *, cluster: bool = True, purge: bool = True, vacuum: bool = False,
+) -> MaintenanceResult:
+    """Compact (and cluster by key), purge deletion vectors and optionally vacuum the MV."""
+    from delta.tables import DeltaTable
+
+    started = time.monotonic()
+    plan = plan_query(job.query, job.primary_key)
+    tables = [job.target] + ([state_uri(job.target)] if plan.aggregate is not None else [])
+    with writer_lock(job.target, job.name, PHASE_MAINTENANCE):
+        before = after = 0
+        for uri in tables:
+            if not table_exists(uri):
+                continue
+            before += _file_count(spark, uri)
+            table = DeltaTable.forPath(spark, uri)
+            keys = list(plan.mv_key) if uri == job.target else [c for c in table.toDF().columns if c.startswith("__g")]
+            if cluster:
+                table.optimize().executeZOrderBy(*keys)
+            else:
+                table.optimize().executeCompaction()
+            if purge:
+                spark.sql(f"REORG TABLE delta.`{uri}` APPLY (PURGE)")
+            if vacuum:
+                table.vacuum()  # the table's own retention (delta.deletedFileRetentionDuration)
+            after += _file_count(spark, uri)
+            log.info("maintained %s", uri)
+    seconds = time.monotonic() - started
+    log.info("maintenance of %s: %s files -> %s in %.1fs", job.target, before, after, seconds)
+    return MaintenanceResult(tuple(tables), before, after, seconds)
+
+
+def _file_count(spark: SparkSession, uri: str) -> int:
+    return int(spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").collect()[0]["numFiles"])
