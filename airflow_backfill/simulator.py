@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from airflow_backfill.engine.delta_log import CDF_PROPERTY, table_exists
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, table_exists
 from airflow_backfill.exceptions import BackfillConfigError, UpstreamError
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from airflow_backfill.engine.delta_log import CDF_PROPERTY, arrow_schema, table_exists
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, arrow_schema, table_exists
 from airflow_backfill.exceptions import BackfillConfigError, UpstreamError
 
 log = logging.getLogger(__name__)

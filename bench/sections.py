@@ -36,12 +36,13 @@ log = logging.getLogger("bench")
 
 MV_NAME = "bench_lineitem_mv"
 """The long-lived MV that catch-up creates and forward keeps fresh."""
-SNAPSHOT_STEPS = ("mv_schema", "_run_chunk", "_refuse_duplicate_keys", "create_mv")
+SNAPSHOT_STEPS = ("mv_schema", "_run_chunk", "_refuse_duplicate_keys", "commit_watermark_only")
 """Engine snapshot steps timed separately to say where the time goes."""
-APPLY_STEPS = ("check_schema_unchanged", "read_change_feed", "conform_changes", "merge_state", "merge_changes")
-"""Steps of one catch-up round or forward commit timed separately (engine/apply.py, and
-engine/aggregate_apply.py for an aggregate's state and MV merges); the rest of
-`apply_epochs` is Spark netting and mapping the changes (and collecting them)."""
+APPLY_STEPS = ("check_schema_unchanged", "merge_keyed")
+"""Steps of one catch-up round or forward commit timed separately (engine/phases/apply.py, and
+engine/aggregates/apply.py for an aggregate's state and MV merges): the log checks and
+Delta's MERGE (with the watermark); the rest of `apply_epochs` is Spark reading the change
+feed, netting and mapping the changes (and counting them for the commit's metadata)."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def snapshot_once(
     verify_primary_key: bool = True,
 ) -> dict[str, Any]:
     """One engine snapshot of the `kind` MV at the loaded epoch, into a fresh target."""
-    from airflow_backfill.engine import snapshot
+    from airflow_backfill.engine.phases import snapshot
 
     target = settings.workspace.scratch(f"snapshot-{kind}-p{settings.parallelism}")
     job = lineitem_job(settings.workspace, f"bench_snapshot_{kind}", target, QUERIES[kind],
@@ -163,7 +164,8 @@ def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
 @contextmanager
 def timing_apply(timer: PhaseTimer) -> Iterator[PhaseTimer]:
     """Time `apply_epochs` (as catch-up and forward call it) and its steps."""
-    from airflow_backfill.engine import aggregate_apply, apply, catch_up, forward
+    from airflow_backfill.engine.aggregates import apply as aggregate_apply
+    from airflow_backfill.engine.phases import apply, catch_up, forward
 
     with timer.wrapping(apply, APPLY_STEPS), timer.wrapping(aggregate_apply, APPLY_STEPS), \
             timer.wrapping(catch_up, ("apply_epochs",)), timer.wrapping(forward, ("apply_epochs",)):
@@ -183,7 +185,7 @@ def warm_up_apply(spark: SparkSession, settings: SectionSettings, job: Any, *, i
     class loading and code generation (seconds), which would otherwise land on the
     first measured figure only. The recompute it is compared with is warm too."""
     from airflow_backfill import tpch
-    from airflow_backfill.engine.catch_up import run_catch_up
+    from airflow_backfill.engine.phases.catch_up import run_catch_up
 
     if insert:
         tpch.insert_new_orders(settings.workspace.tables, settings.seed, count=1)
@@ -195,8 +197,8 @@ def warm_up_apply(spark: SparkSession, settings: SectionSettings, job: Any, *, i
 def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
     """Catch-up of 1% and 0.1% updated rows against recomputing the MV from scratch."""
     from airflow_backfill import tpch
-    from airflow_backfill.engine.catch_up import run_catch_up
-    from airflow_backfill.engine.snapshot import run_snapshot
+    from airflow_backfill.engine.phases.catch_up import run_catch_up
+    from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     workspace = settings.workspace
     job = _long_lived_job(settings)
@@ -240,8 +242,8 @@ def refresh_catch_up(spark: SparkSession, settings: SectionSettings) -> dict[str
     epochs, and recomputes the MV from scratch at the same version into a new target.
     """
     from airflow_backfill import tpch
-    from airflow_backfill.engine.catch_up import run_catch_up
-    from airflow_backfill.engine.snapshot import run_snapshot
+    from airflow_backfill.engine.phases.catch_up import run_catch_up
+    from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     workspace = settings.workspace
     job = lineitem_job(workspace, "bench_q1_mv", os.path.join(workspace.root, "mv", "bench_q1_mv"),
@@ -288,9 +290,9 @@ def forward_freshness(spark: SparkSession, settings: SectionSettings) -> dict[st
     """Commit-to-MV latency while the upstream commits an RF1 epoch every `epoch_interval`."""
     from deltalake import DeltaTable
 
-    from airflow_backfill.engine.catch_up import run_catch_up
-    from airflow_backfill.engine.forward import ForwardBounds, run_forward
-    from airflow_backfill.engine.snapshot import run_snapshot
+    from airflow_backfill.engine.phases.catch_up import run_catch_up
+    from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+    from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     job = _long_lived_job(settings)
     run_snapshot(spark, job, parallelism=settings.parallelism)  # a no-op when catch-up made it
@@ -387,7 +389,7 @@ class _EpochWriter:
             self.lineitems += refresh.lineitems
 
     def _wait_for_mv(self, stop: threading.Event, target: str, app_id: str) -> None:
-        from airflow_backfill.engine.delta_log import read_watermark
+        from airflow_backfill.engine.delta.log import read_watermark
 
         deadline = time.monotonic() + self.DRAIN_TIMEOUT
         last = self.versions[-1] if self.versions else 0

@@ -68,7 +68,7 @@ class Workspace:
 
 def query_support(kind: str) -> str | None:
     """None when the engine accepts the query kind, else why not (said in the report)."""
-    from airflow_backfill.engine.query import plan_query
+    from airflow_backfill.engine.planning.query import plan_query
     from airflow_backfill.exceptions import BackfillConfigError
 
     try:
@@ -95,7 +95,7 @@ def lineitem_job(
 
 def upstream_files(source: str, epoch: int) -> list[str]:
     """The upstream's data files at `epoch`: what both the engine and the baseline read."""
-    from airflow_backfill.engine.snapshot_chunks import list_upstream_files
+    from airflow_backfill.engine.phases.snapshot_chunks import list_upstream_files
 
     return [file.path for file in list_upstream_files(source, epoch)]
 

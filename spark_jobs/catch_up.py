@@ -21,10 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body() -> int:
-        from airflow_backfill.engine.apply import current_watermark
-        from airflow_backfill.engine.catch_up import run_catch_up
-        from airflow_backfill.engine.delta_log import check_upstream
-        from airflow_backfill.engine.retention import margin_warnings
+        from airflow_backfill.engine.delta.log import check_upstream
+        from airflow_backfill.engine.delta.retention import margin_warnings
+        from airflow_backfill.engine.phases.apply import current_watermark
+        from airflow_backfill.engine.phases.catch_up import run_catch_up
         from airflow_backfill.engine.spark_session import build_spark_session
 
         job = resolve_job(args)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     install_stop_handlers(stop)
 
     def body() -> int:
-        from airflow_backfill.engine.forward import ForwardBounds, run_forward
+        from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
         from airflow_backfill.engine.spark_session import build_spark_session
 
         job = resolve_job(args.job)

@@ -9,7 +9,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from airflow_backfill.engine.snapshot_chunks import DEFAULT_CHUNK_BYTES
+from airflow_backfill.engine.phases.snapshot_chunks import DEFAULT_CHUNK_BYTES
 from spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
 
 
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body() -> int:
-        from airflow_backfill.engine.delta_log import check_upstream
-        from airflow_backfill.engine.retention import retention_warnings
-        from airflow_backfill.engine.snapshot import run_snapshot
+        from airflow_backfill.engine.delta.log import check_upstream
+        from airflow_backfill.engine.delta.retention import retention_warnings
+        from airflow_backfill.engine.phases.snapshot import run_snapshot
         from airflow_backfill.engine.spark_session import build_spark_session
 
         job = resolve_job(args.job)

@@ -13,12 +13,13 @@ from aggregate_upstream import SCHEMA, Upstream, apply_epoch, create
 from deltalake import DeltaTable, write_deltalake
 from helpers_delta import mv_commits
 
-from airflow_backfill.engine import aggregate_apply, aggregate_snapshot
-from airflow_backfill.engine.aggregate_snapshot import partials_uri
-from airflow_backfill.engine.aggregate_state import state_uri
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.forward import ForwardBounds, run_forward
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.aggregates import apply as aggregate_apply
+from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
+from airflow_backfill.engine.aggregates.snapshot import partials_uri
+from airflow_backfill.engine.aggregates.state import state_uri
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.exceptions import TargetError, UnsupportedQueryError
 from airflow_backfill.job import BackfillJob
 from oracle import assert_every_commit_matches, expected_rows, mv_rows, table_rows

@@ -17,9 +17,9 @@ from aggregate_upstream import apply_epoch, create, epoch_ops, row_values
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.forward import ForwardBounds, run_forward
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
 from oracle import assert_every_commit_matches
 

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.exceptions import TargetError, UnsupportedQueryError, UpstreamError
 from airflow_backfill.job import BackfillJob
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_backfill.engine.changes import mv_changes, net_changes
-from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.phases.changes import mv_changes, net_changes
+from airflow_backfill.engine.planning.query import plan_query
 
 pytestmark = pytest.mark.spark
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from airflow_backfill.engine import catch_up as catch_up_module
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.forward import ForwardBounds, run_forward
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases import catch_up as catch_up_module
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import DEFAULT_MAX_STALLED_ROUNDS, BackfillJob, load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table, run_simulator

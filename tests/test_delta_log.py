@@ -8,7 +8,7 @@ import shutil
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_backfill.engine.delta_log import commit_timestamp, latest_version, load_table
+from airflow_backfill.engine.delta.log import commit_timestamp, latest_version, load_table
 
 
 def _write(uri: str, values: list[int], mode: str = "append") -> None:

@@ -12,9 +12,9 @@ import pytest
 from deltalake import DeltaTable
 from helpers_delta import change_feed
 
-from airflow_backfill.engine.aggregate_state import state_uri
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.aggregates.state import state_uri
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import table_rows

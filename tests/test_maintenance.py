@@ -11,9 +11,9 @@ from deltalake import DeltaTable
 from helpers_delta import change_feed
 
 from airflow_backfill.cli import main
-from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.maintenance import maintain_mv
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import TargetError
 from airflow_backfill.job import BackfillJob

@@ -14,9 +14,9 @@ from aggregate_upstream import Upstream, apply_epoch, create, random_ops, values
 from deltalake import DeltaTable
 from helpers_delta import change_feed
 
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.forward import ForwardBounds, run_forward
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
 from oracle import assert_every_commit_matches
 

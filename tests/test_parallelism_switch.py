@@ -11,14 +11,14 @@ import yaml
 from helpers_delta import mv_commits
 
 from airflow_backfill.cli import main as cli_main
-from airflow_backfill.engine import catch_up as catch_up_module
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine import snapshot as snapshot_module
-from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.control import write_overrides
-from airflow_backfill.engine.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.parallelism import spark_conf_for
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases import catch_up as catch_up_module
+from airflow_backfill.engine.phases import snapshot as snapshot_module
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.exceptions import UnsupportedQueryError
 
 

@@ -8,10 +8,10 @@ import random
 import pytest
 from helpers_delta import mv_commits
 
-from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.control import write_overrides
 from airflow_backfill.engine.delta.change_feed import change_bytes, round_end
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches

@@ -11,10 +11,10 @@ import pyarrow.parquet  # noqa: F401  (pa.parquet)
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_backfill.engine import snapshot as snapshot_module
-from airflow_backfill.engine.delta_log import read_watermark
-from airflow_backfill.engine.snapshot import run_snapshot
-from airflow_backfill.engine.snapshot_progress import load_progress
+from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.engine.phases import snapshot as snapshot_module
+from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.phases.snapshot_progress import load_progress
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.job import BackfillJob
@@ -115,7 +115,7 @@ def test_an_unverified_primary_key_is_taken_as_declared(spark, tables, caplog):
     duplicate = pa.table({"order_id": pa.array([17], pa.int64()), "amount": pa.array([30.0])})
     write_deltalake(tables["source"], duplicate, mode="append")
     job = job_for(tables).with_overrides(verify_primary_key=False)
-    with caplog.at_level("INFO", logger="airflow_backfill.engine.snapshot"):
+    with caplog.at_level("INFO", logger="airflow_backfill.engine.phases.snapshot"):
         result = run_snapshot(spark, job, chunk_bytes=1)
     assert result.skipped is False and "not verified (verify_primary_key: false)" in caplog.text
     assert table_rows(tables["target"]).column("order_id").to_pylist().count(17) == 2

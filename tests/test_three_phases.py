@@ -10,9 +10,9 @@ import pytest
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
 
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.forward import ForwardBounds, run_forward
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import create_orders_table, run_simulator
 from oracle import assert_every_commit_matches

@@ -11,7 +11,7 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_backfill import tpch
-from airflow_backfill.engine.delta_log import check_upstream
+from airflow_backfill.engine.delta.log import check_upstream
 from airflow_backfill.exceptions import BackfillConfigError
 
 SCALE_FACTOR = 0.002

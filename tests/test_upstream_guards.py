@@ -12,14 +12,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from airflow_backfill.engine.catch_up import run_catch_up
-from airflow_backfill.engine.retention import (
+from airflow_backfill.engine.delta.retention import (
     margin_warnings,
     parse_interval,
     retention_warnings,
     upstream_retention,
 )
-from airflow_backfill.engine.snapshot import run_snapshot
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table

@@ -127,8 +127,8 @@ class SafePoint:
 
 def next_safe_point(job: BackfillJob) -> SafePoint:
     """When an override applies: next snapshot chunk, next catch-up round, or later."""
-    from airflow_backfill.engine.delta_log import latest_version, read_watermark, table_exists
-    from airflow_backfill.engine.snapshot_progress import load_progress
+    from airflow_backfill.engine.delta.log import latest_version, read_watermark, table_exists
+    from airflow_backfill.engine.phases.snapshot_progress import load_progress
 
     state = job_state.read_state(job.target)
     phase = state.get("phase")

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.aggregate_state import state_uri
-from airflow_backfill.engine.delta_log import table_exists
-from airflow_backfill.engine.query import plan_query
+from airflow_backfill.engine.aggregates.state import state_uri
+from airflow_backfill.engine.delta.log import table_exists
+from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.engine.writer_lock import writer_lock
 
 if TYPE_CHECKING:

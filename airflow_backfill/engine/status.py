@@ -14,13 +14,13 @@ from deltalake import DeltaTable
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import read_overrides
-from airflow_backfill.engine.delta_log import (
+from airflow_backfill.engine.delta.log import (
     last_commit_metadata,
     latest_version,
     read_watermark,
     table_exists,
 )
-from airflow_backfill.engine.snapshot_progress import load_progress
+from airflow_backfill.engine.phases.snapshot_progress import load_progress
 
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from airflow.sdk import BaseHook
 
-from airflow_backfill.engine.delta_log import check_upstream, latest_version, read_watermark
+from airflow_backfill.engine.delta.log import check_upstream, latest_version, read_watermark
 
 
 @dataclass(frozen=True)

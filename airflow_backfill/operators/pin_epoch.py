@@ -16,9 +16,9 @@ from typing import Any
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
-from airflow_backfill.engine.query import plan_query
-from airflow_backfill.engine.retention import margin_warnings, retention_warnings
-from airflow_backfill.engine.snapshot_progress import load_progress
+from airflow_backfill.engine.delta.retention import margin_warnings, retention_warnings
+from airflow_backfill.engine.phases.snapshot_progress import load_progress
+from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job

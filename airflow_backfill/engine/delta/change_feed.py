@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from airflow_backfill.engine.delta_log import arrow_schema, commit_actions, open_upstream
+from airflow_backfill.engine.delta.log import arrow_schema, commit_actions, open_upstream
 from airflow_backfill.exceptions import UpstreamError
 
 if TYPE_CHECKING:

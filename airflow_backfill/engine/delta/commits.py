@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta_log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

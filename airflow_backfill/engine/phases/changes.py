@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
-from airflow_backfill.engine.query import SOURCE_TABLE, QueryPlan
+from airflow_backfill.engine.planning.query import SOURCE_TABLE, QueryPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

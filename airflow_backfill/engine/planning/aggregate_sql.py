@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 import sqlglot
 from sqlglot import exp
 
-from airflow_backfill.engine.aggregate_query import (
+from airflow_backfill.engine.planning.aggregate_query import (
     AVG,
     COUNT,
     COUNT_DISTINCT,

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.apply import apply_epochs, current_watermark
-from airflow_backfill.engine.delta_log import check_upstream, latest_version
-from airflow_backfill.engine.query import QueryPlan, plan_query
+from airflow_backfill.engine.delta.log import check_upstream, latest_version
+from airflow_backfill.engine.phases.apply import apply_epochs, current_watermark
+from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.writer_lock import writer_lock
 
 if TYPE_CHECKING:

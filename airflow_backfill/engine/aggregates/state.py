@@ -23,7 +23,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta_log import load_table, table_exists
+from airflow_backfill.engine.delta.log import load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
 

@@ -17,21 +17,21 @@ import shutil
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine import aggregate_sql
-from airflow_backfill.engine.aggregate_state import discard_state, state_uri
-from airflow_backfill.engine.aggregate_view import analyse, cast_to, value_types, visible_rows
+from airflow_backfill.engine.aggregates.state import discard_state, state_uri
+from airflow_backfill.engine.aggregates.view import analyse, cast_to, value_types, visible_rows
 from airflow_backfill.engine.delta.commits import append
-from airflow_backfill.engine.delta_log import table_exists
+from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, state_dir
+from airflow_backfill.engine.planning import aggregate_sql
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
     from airflow_backfill.engine.delta.commits import CommitInfo
-    from airflow_backfill.engine.delta_log import UpstreamInfo
-    from airflow_backfill.engine.query import QueryPlan
+    from airflow_backfill.engine.delta.log import UpstreamInfo
+    from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)

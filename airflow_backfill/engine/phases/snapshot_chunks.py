@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from airflow_backfill.engine.delta_log import open_upstream
+from airflow_backfill.engine.delta.log import open_upstream
 
 DEFAULT_CHUNK_BYTES = 128 * 1024 * 1024
 

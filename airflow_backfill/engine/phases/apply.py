@@ -15,18 +15,18 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.aggregate_apply import apply_aggregate_changes, recover_state_ahead
-from airflow_backfill.engine.changes import mv_changes, net_changes
+from airflow_backfill.engine.aggregates.apply import apply_aggregate_changes, recover_state_ahead
 from airflow_backfill.engine.delta.change_feed import check_schema_unchanged, read_change_feed
 from airflow_backfill.engine.delta.commits import CommitInfo, merge_keyed
-from airflow_backfill.engine.delta_log import read_watermark
+from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.phases.changes import mv_changes, net_changes
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from airflow_backfill.engine.query import QueryPlan
+    from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)

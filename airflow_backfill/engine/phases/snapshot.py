@@ -28,16 +28,15 @@ from typing import TYPE_CHECKING
 from deltalake import DeltaTable
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.aggregate_snapshot import (
+from airflow_backfill.engine.aggregates.snapshot import (
     chunk_query,
     commit_aggregate_snapshot,
     discard_partials,
     partials_uri,
 )
-from airflow_backfill.engine.changes import apply_query
 from airflow_backfill.engine.control import effective_settings
 from airflow_backfill.engine.delta.commits import CommitInfo, append, commit_watermark_only
-from airflow_backfill.engine.delta_log import (
+from airflow_backfill.engine.delta.log import (
     METADATA_PREFIX,
     UpstreamInfo,
     check_upstream,
@@ -48,21 +47,22 @@ from airflow_backfill.engine.delta_log import (
     table_exists,
 )
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.query import QueryPlan, plan_query
-from airflow_backfill.engine.rate_limit import pace
-from airflow_backfill.engine.snapshot_chunks import (
+from airflow_backfill.engine.phases.changes import apply_query
+from airflow_backfill.engine.phases.snapshot_chunks import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
     list_upstream_files,
     plan_chunks,
 )
-from airflow_backfill.engine.snapshot_progress import (
+from airflow_backfill.engine.phases.snapshot_progress import (
     DoneChunk,
     SnapshotProgress,
     discard_progress,
     load_progress,
     save_progress,
 )
+from airflow_backfill.engine.planning.query import QueryPlan, plan_query
+from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError, UpstreamError
 

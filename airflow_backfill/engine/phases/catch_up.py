@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.apply import apply_epochs, current_watermark
 from airflow_backfill.engine.control import BackfillSettings, effective_settings
 from airflow_backfill.engine.delta.change_feed import round_end
-from airflow_backfill.engine.delta_log import check_upstream, commit_timestamp, latest_version
+from airflow_backfill.engine.delta.log import check_upstream, commit_timestamp, latest_version
 from airflow_backfill.engine.parallelism import runtime_conf_for
-from airflow_backfill.engine.query import QueryPlan, plan_query
+from airflow_backfill.engine.phases.apply import apply_epochs, current_watermark
+from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
 

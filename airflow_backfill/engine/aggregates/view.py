@@ -11,10 +11,10 @@ import functools
 import json
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine import aggregate_sql
-from airflow_backfill.engine.aggregate_query import AggregateQuery
-from airflow_backfill.engine.aggregate_sql import quote
-from airflow_backfill.engine.changes import PRESENT
+from airflow_backfill.engine.phases.changes import PRESENT
+from airflow_backfill.engine.planning import aggregate_sql
+from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
+from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.exceptions import UnsupportedQueryError
 
 if TYPE_CHECKING:

@@ -24,21 +24,21 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine import aggregate_sql as sql
-from airflow_backfill.engine.aggregate_state import read_state, state_uri, state_watermark
-from airflow_backfill.engine.aggregate_view import cast_to, mv_changes, value_types, visible_rows
-from airflow_backfill.engine.changes import signed_rows
+from airflow_backfill.engine.aggregates.state import read_state, state_uri, state_watermark
+from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed
 from airflow_backfill.engine.delta.commits import PRESENT, CommitInfo, commit_watermark_only, merge_keyed
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.phases.changes import signed_rows
+from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from airflow_backfill.engine.aggregate_query import AggregateQuery
-    from airflow_backfill.engine.query import QueryPlan
+    from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
+    from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)

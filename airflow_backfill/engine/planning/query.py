@@ -21,7 +21,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
 
-from airflow_backfill.engine.aggregate_query import AggregateQuery, analyse_aggregate, is_aggregate
+from airflow_backfill.engine.planning.aggregate_query import AggregateQuery, analyse_aggregate, is_aggregate
 from airflow_backfill.exceptions import UnsupportedQueryError
 
 SOURCE_TABLE = "source"
