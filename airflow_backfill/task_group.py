@@ -29,6 +29,7 @@ from airflow_backfill.job_input import as_job
 from airflow_backfill.operators.phases import (
     ForwardOperator,
     LogStoreCatchUpOperator,
+    MaintainMvOperator,
     SnapshotBackfillOperator,
 )
 from airflow_backfill.operators.pin_epoch import PinEpochOperator
@@ -73,6 +74,7 @@ def backfill_task_group(
     sensor_timeout: float = 3600.0,
     spark_conf: Mapping[str, str] | None = None,
     deferrable: bool = True,
+    maintenance: bool = False,
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
@@ -81,6 +83,9 @@ def backfill_task_group(
         (templated; unset: forward runs until the task is stopped).
     :param sensor_timeout: seconds `wait_caught_up` waits before failing.
     :param spark_conf: extra `--conf` settings for every spark-submit.
+    :param maintenance: add a `maintain` task between catch-up and the wait (compaction,
+        key clustering, deletion-vector purge; it needs the MV's writer lock, which
+        forward holds for as long as it runs).
     """
     job = as_job(job)
     group_id = group_id or job.name
@@ -109,7 +114,13 @@ def backfill_task_group(
             task_id="forward", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
             max_epochs=forward_max_epochs, idle_timeout=forward_idle_timeout, **common,
         )
-        pin >> snapshot >> catch_up >> wait >> forward
+        if maintenance:
+            maintain = MaintainMvOperator(
+                task_id="maintain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
+            )
+            pin >> snapshot >> catch_up >> maintain >> wait >> forward
+        else:
+            pin >> snapshot >> catch_up >> wait >> forward
         pin >> [catch_up, forward]
     return group
 

@@ -114,11 +114,13 @@ def freshness_latencies(
     An MV commit reflects upstream version `v` when its recorded epoch (the watermark it
     committed) is at least `v`. Versions no MV commit reflects yet are left out.
     """
+    from airflow_backfill.engine.delta.log import commit_metadata
+
     committed = {int(entry["version"]): int(entry["timestamp"]) for entry in upstream_history}
     mv_commits = sorted(
-        (int(entry["airflow_backfill.epoch"]), int(entry["timestamp"]))
+        (int(metadata["epoch"]), int(entry["timestamp"]))
         for entry in mv_history
-        if "airflow_backfill.epoch" in entry
+        if "epoch" in (metadata := commit_metadata(entry)) and "phase" in metadata
     )
     latencies = []
     for version in versions:

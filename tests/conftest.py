@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# spark-submit processes the tests start load Delta's jars at launch from here.
+os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "jars" / "conf"))
 # py4j logs at interpreter exit, after pytest closed the captured streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -25,6 +27,15 @@ def spark():
     session = build_spark_session("airflow_backfill-tests", parallelism=2)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone master and worker on 127.0.0.1 for the whole test session."""
+    from spark_cluster import spark_cluster as start_cluster
+
+    with start_cluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -31,11 +31,15 @@ def test_percentile_is_nearest_rank_and_median_is_the_middle() -> None:
 def test_freshness_latency_is_first_mv_commit_at_or_past_the_epoch() -> None:
     upstream = [{"version": 5, "timestamp": 10_000}, {"version": 6, "timestamp": 11_000},
                 {"version": 7, "timestamp": 12_000}]
+    def metadata(epoch: str, phase: str = "forward") -> str:
+        return json.dumps({"airflow_backfill.epoch": epoch, "airflow_backfill.phase": phase})
+
     mv = [
-        {"version": 0, "timestamp": 9_000, "airflow_backfill.epoch": "4"},
-        {"version": 1, "timestamp": 12_500, "airflow_backfill.epoch": "6"},  # reflects 5 and 6
-        {"version": 2, "timestamp": 14_000, "airflow_backfill.epoch": "7"},
-        {"version": 3, "timestamp": 15_000},  # not an engine commit
+        {"version": 0, "timestamp": 9_000, "userMetadata": metadata("4", "snapshot")},
+        {"version": 1, "timestamp": 12_500, "userMetadata": metadata("6")},  # reflects 5 and 6
+        {"version": 2, "timestamp": 14_000, "userMetadata": metadata("7")},
+        {"version": 3, "timestamp": 15_000},  # not an engine commit (maintenance)
+        {"version": 4, "timestamp": 11_200, "userMetadata": json.dumps({"airflow_backfill.chunk": "9"})},
     ]
     assert freshness_latencies(upstream, mv, [5, 6, 7]) == [2.5, 1.5, 2.0]
     assert freshness_latencies(upstream, mv[:2], [5, 7]) == [2.5]  # 7 not reflected yet

@@ -171,6 +171,24 @@ class LogStoreCatchUpOperator(_PhaseOperator):
         context["ti"].xcom_push(key="handover_version", value=handover)
 
 
+class MaintainMvOperator(_PhaseOperator):
+    """Between catch-up and forward: compact the MV, cluster it by key and purge its
+    deletion vectors (`airflow-backfill maintain`), at the backfill parallelism.
+
+    :param vacuum: also VACUUM the MV at its own retention.
+    """
+
+    phase = "maintain"
+    xcom_key = "maintained_epoch"
+
+    def __init__(self, *, vacuum: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.vacuum = vacuum
+
+    def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
+        return ["--vacuum"] if self.vacuum else []
+
+
 class ForwardOperator(_PhaseOperator):
     """Phase 3: keep applying new upstream epochs at the normal parallelism.
 

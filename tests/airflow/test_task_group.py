@@ -39,6 +39,16 @@ def test_group_wires_the_three_phases_with_skippable_routes(job):
     assert tasks["orders.pin_epoch"].forward_task_id == "orders.forward"
 
 
+def test_maintenance_runs_between_catch_up_and_the_wait(job):
+    with DAG("m", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        backfill_task_group(job, group_id="orders", maintenance=True)
+    tasks = {task.task_id: task for task in dag.tasks}
+    assert sorted(tasks["orders.maintain"].upstream_task_ids) == ["orders.catch_up"]
+    assert sorted(tasks["orders.wait_caught_up"].upstream_task_ids) == ["orders.maintain"]
+    assert tasks["orders.maintain"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    assert tasks["orders.maintain"].application.endswith("maintain.py")
+
+
 def test_an_mv_on_an_mv_starts_once_the_first_is_caught_up_not_after_its_forward(job, tmp_path):
     downstream = BackfillJob(name="totals", source=job.target, target=str(tmp_path / "totals"),
                              query="SELECT order_id, amount FROM source", primary_key=["order_id"])
