@@ -195,7 +195,8 @@ def warm_up_apply(spark: SparkSession, settings: SectionSettings, job: Any, *, i
 
 
 def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
-    """Catch-up of 1% and 0.1% updated rows against recomputing the MV from scratch."""
+    """Catch-up of 10%, 1% and 0.1% updated rows against recomputing the MV from scratch;
+    the driver's Python memory of each catch-up too (it must not grow with the change)."""
     from airflow_backfill import tpch
     from airflow_backfill.engine.phases.catch_up import run_catch_up
     from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -207,7 +208,7 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
     result: dict[str, Any] = {"parallelism": settings.parallelism, "initial_snapshot_s": round(elapsed(), 3),
                               "mv_rows": initial.rows, "shares": {}}
     warm_up_apply(spark, settings, job)
-    for share in (0.01, 0.001):
+    for share in (0.1, 0.01, 0.001):
         with stopwatch() as upstream_elapsed:
             updated, version = tpch.update_lineitems(workspace.tables, settings.seed, share)
         timer = PhaseTimer()
@@ -227,6 +228,7 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
             "catch_up_rounds": len(caught_up.rounds),
             "round_steps_s": steps,
             "catch_up_peak_rss_mib": catch_up_peak.get("peak_rss_mib"),
+            "driver_python_peak_mib": catch_up_peak.get("peak_root_rss_mib"),
             "change_rows": sum(r.change_rows for r in caught_up.rounds),
             "recompute_s": round(recompute_elapsed(), 3),
             "ratio": round(catch_up_elapsed() / recompute_elapsed(), 3),
@@ -235,19 +237,24 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
 
 
 def refresh_catch_up(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
-    """The Q1 aggregate MV: catch-up of one RF1 + RF2 refresh pair against recomputing it.
+    """Catch-up of one RF1 + RF2 refresh pair against recomputing the MV, for the Q1
+    aggregate MV and for the stateless lineitem MV."""
+    return {"parallelism": settings.parallelism,
+            **{kind: _refresh_pairs(spark, settings, kind) for kind in ("aggregate", "stateless")}}
 
-    Each of `repeats` rounds commits an RF1 (new orders and their line items) and an RF2
-    (deleted orders and their line items) to the upstream, catches the MV up over both
-    epochs, and recomputes the MV from scratch at the same version into a new target.
+
+def _refresh_pairs(spark: SparkSession, settings: SectionSettings, kind: str) -> dict[str, Any]:
+    """Each of `repeats` rounds commits an RF1 (new orders and their line items) and an RF2
+    (deleted orders and their line items) to the upstream, catches the `kind` MV up over
+    both epochs, and recomputes the MV from scratch at the same version into a new target.
     """
     from airflow_backfill import tpch
     from airflow_backfill.engine.phases.catch_up import run_catch_up
     from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     workspace = settings.workspace
-    job = lineitem_job(workspace, "bench_q1_mv", os.path.join(workspace.root, "mv", "bench_q1_mv"),
-                       QUERIES["aggregate"], backfill_parallelism=settings.parallelism, lag_threshold=0)
+    job = lineitem_job(workspace, f"bench_refresh_{kind}", os.path.join(workspace.root, "mv", f"refresh_{kind}"),
+                       QUERIES[kind], backfill_parallelism=settings.parallelism, lag_threshold=0)
     with stopwatch() as elapsed:
         initial = run_snapshot(spark, job, parallelism=settings.parallelism)
     # One unmeasured refresh pair, as the recompute gets one unmeasured run below: the
@@ -255,8 +262,8 @@ def refresh_catch_up(spark: SparkSession, settings: SectionSettings) -> dict[str
     tpch.insert_new_orders(workspace.tables, settings.seed)
     tpch.delete_old_orders(workspace.tables, settings.seed)
     run_catch_up(spark, job, parallelism=settings.parallelism)
-    recompute_job = lineitem_job(workspace, "bench_q1_recompute", workspace.scratch("q1-recompute"),
-                                 QUERIES["aggregate"], backfill_parallelism=settings.parallelism)
+    recompute_job = lineitem_job(workspace, f"bench_recompute_{kind}", workspace.scratch(f"recompute-{kind}"),
+                                 QUERIES[kind], backfill_parallelism=settings.parallelism)
     run_snapshot(spark, recompute_job, parallelism=settings.parallelism)  # unmeasured warm-up
     shutil.rmtree(recompute_job.target, ignore_errors=True)
     rounds = []
@@ -279,8 +286,7 @@ def refresh_catch_up(spark: SparkSession, settings: SectionSettings) -> dict[str
     catch_up_median = median([r["catch_up_s"] for r in rounds])
     recompute_median = median([r["recompute_s"] for r in rounds])
     return {
-        "parallelism": settings.parallelism, "initial_snapshot_s": round(elapsed(), 3),
-        "mv_rows": initial.rows, "refresh_pairs": rounds,
+        "initial_snapshot_s": round(elapsed(), 3), "mv_rows": initial.rows, "refresh_pairs": rounds,
         "catch_up_median_s": round(catch_up_median, 3), "recompute_median_s": round(recompute_median, 3),
         "speedup": round(recompute_median / catch_up_median, 2),
     }
