@@ -104,7 +104,7 @@ def apply_aggregate_changes(
         upstream = _upstream_columns(feed)
         rows = _touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
         try:
-            return change_rows, _commit_round(spark, job, plan, aggregate, rows, info)
+            return change_rows, _commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows))
         finally:
             rows.unpersist()
     finally:
@@ -123,18 +123,16 @@ def _commit_round(
             f"the aggregate state of MV {job.target} went negative for some group: the state does not "
             "match the upstream's change feed. Rebuild the MV: delete the target and rerun the snapshot."
         )
-    state_changes = _state_changes(aggregate, rows)
-    mv_rows = _mv_row_changes(spark, job, rows)
-    groups, mv_changed = state_changes.count(), mv_rows.count()
     maybe_crash(info.phase, "after_write")
-    merge_keyed(spark, state_uri(job.target), state_changes, sql.key_columns(aggregate), app_id=job.app_id,
-                version=info.epoch, user_metadata=replace(info, rows=groups).user_metadata(job), null_safe=True)
+    groups = merge_keyed(spark, state_uri(job.target), _state_changes(aggregate, rows), sql.key_columns(aggregate),
+                         app_id=job.app_id, version=info.epoch, user_metadata=info.user_metadata(job),
+                         null_safe=True)
     maybe_crash(info.phase, "after_state_commit")
-    mv_info = replace(info, rows=mv_changed, extra={"groups_changed": str(groups)})
-    merge_keyed(spark, job.target, mv_rows, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                user_metadata=mv_info.user_metadata(job), null_safe=True)
+    mv_info = replace(info, extra={"groups_changed": str(groups)})
+    changed = merge_keyed(spark, job.target, _mv_row_changes(spark, job, rows), plan.mv_key, app_id=job.app_id,
+                          version=info.epoch, user_metadata=mv_info.user_metadata(job), null_safe=True)
     maybe_crash(info.phase, "after_commit")
-    return mv_changed
+    return changed
 
 
 def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, state: StructType, info: CommitInfo) -> None:

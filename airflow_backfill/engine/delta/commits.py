@@ -52,6 +52,7 @@ class CommitInfo:
     epoch: int
     parallelism: int
     rows: int
+    """The MV's rows (snapshot) or the change rows the commit applied (rounds)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def user_metadata(self, job: BackfillJob) -> str:
@@ -103,9 +104,10 @@ def session_transaction(spark: SparkSession, app_id: str, version: int, user_met
 def merge_keyed(
     spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, app_id: str, version: int,
     user_metadata: str, null_safe: bool,
-) -> None:
+) -> int:
     """Upsert the rows of `changes` whose `__present` is true and delete the keys whose
-    `__present` is null, moving the watermark, in one MERGE commit.
+    `__present` is null, moving the watermark, in one MERGE commit; returns the rows the
+    MERGE inserted, updated or deleted (0 when Delta skipped an applied version).
 
     `changes` holds the table's columns (cast here to the table's types, so a merge never
     widens them) plus `__present`, at most one row per key. Deletes of keys the table
@@ -124,13 +126,14 @@ def merge_keyed(
     condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
     values: dict[str, str | Column] = {_quote(f.name): f"s.{_quote(f.name)}" for f in target.fields}
     with session_transaction(spark, app_id, version, user_metadata):
-        (
+        metrics = (
             table.alias("t").merge(source.alias("s"), condition)
             .whenMatchedDelete(condition=f"s.{PRESENT} IS NULL")
             .whenMatchedUpdate(condition=f"s.{PRESENT} IS NOT NULL", set=values)
             .whenNotMatchedInsert(condition=f"s.{PRESENT} IS NOT NULL", values=values)
             .execute()
-        )
+        ).collect()
+    return int(metrics[0]["num_affected_rows"]) if metrics and "num_affected_rows" in metrics[0] else 0
 
 
 def _quote(column: str) -> str:

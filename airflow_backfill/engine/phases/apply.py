@@ -97,22 +97,19 @@ def _apply_stateless(
 ) -> tuple[int, int]:
     """Net the range's changes per upstream key, map them through the query, MERGE them by MV key.
 
-    The keyed changes are cached: counted once for the commit's metadata, then merged.
-    Returns (change rows read, MV keys changed).
+    The change rows are cached and counted (the commit records them, the rate limit paces
+    by them); the MERGE then reads them from memory. Returns (change rows read, MV rows
+    the MERGE changed).
     """
     feed = read_change_feed(spark, job.source, watermark, info.epoch).cache()
     try:
-        keyed = mv_changes(spark, net_changes(feed, plan.upstream_key), plan).cache()
-        try:
-            change_rows, keys_changed = feed.count(), keyed.count()
-            maybe_crash(info.phase, "after_write")
-            null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
-            committed = replace(info, rows=keys_changed)
-            merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                        user_metadata=committed.user_metadata(job), null_safe=null_safe)
-            maybe_crash(info.phase, "after_commit")
-            return change_rows, keys_changed
-        finally:
-            keyed.unpersist()
+        change_rows = feed.count()
+        keyed = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
+        maybe_crash(info.phase, "after_write")
+        null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
+        changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                              user_metadata=replace(info, rows=change_rows).user_metadata(job), null_safe=null_safe)
+        maybe_crash(info.phase, "after_commit")
+        return change_rows, changed
     finally:
         feed.unpersist()

@@ -111,7 +111,7 @@ def _snapshot(
     if existing is not None:
         log.info("MV %s already exists at watermark %s: snapshot skipped", job.target, existing)
         return SnapshotResult(existing, 0, True, time.monotonic() - started)
-    upstream, progress = _pin_epoch(job, plan, epoch)
+    upstream, progress = _pin_epoch(job, epoch)
     output_schema = mv_schema(spark, upstream, plan)
     chunks = plan_chunks(list_upstream_files(job.source, upstream.version), chunk_bytes)
     if upstream.deletion_vectors and len(chunks) > 1:
@@ -148,7 +148,7 @@ def _snapshot(
     return SnapshotResult(upstream.version, rows, False, seconds, chunks_run)
 
 
-def _pin_epoch(job: BackfillJob, plan: QueryPlan, epoch: int | None) -> tuple[UpstreamInfo, SnapshotProgress | None]:
+def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, SnapshotProgress | None]:
     """The epoch to snapshot: an unfinished snapshot's epoch wins, so its chunks are reused."""
     progress = load_progress(job.target)
     if progress is not None:
