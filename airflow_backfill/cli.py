@@ -2,7 +2,7 @@
 
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
-    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|none] [--reset]
+    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none] [--reset]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
 that names the problem and the fix; logs and progress lines go to stderr, results to
@@ -176,18 +176,18 @@ def _backfill_parallelism(text: str) -> int:
 
 
 def _rate_limit(text: str) -> int | None:
-    """Rows per second within the job's bounds, or `none` to lift the cap while overridden."""
-    from airflow_backfill.job import validate_rate_limit
+    """Rows per second within the job's bounds, 0 to pause, or `none` to lift the cap while overridden."""
+    from airflow_backfill.engine.control import validate_override_rate_limit
 
     if text.strip().lower() == _NO_RATE_LIMIT:
         return None
     value = _whole_number(text)
-    if value < 1:
+    if value < 0:
         raise argparse.ArgumentTypeError(
-            f"expected 1 row per second or more (or '{_NO_RATE_LIMIT}' to lift the cap), got {value}"
+            f"expected 1 row per second or more, 0 to pause (or '{_NO_RATE_LIMIT}' to lift the cap), got {value}"
         )
     try:
-        return validate_rate_limit(value)
+        return validate_override_rate_limit(value)
     except BackfillConfigError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -204,7 +204,8 @@ def _add_alter(subparsers: Any) -> None:
     parser.add_argument("--backfill-parallelism", type=_backfill_parallelism, metavar="N",
                         help="Spark parallelism of snapshot chunks and catch-up rounds (1 to 1024)")
     parser.add_argument("--rate-limit", type=_rate_limit, metavar="ROWS_PER_S",
-                        help=f"rows-per-second cap of snapshot and catch-up reads; '{_NO_RATE_LIMIT}' lifts it")
+                        help="rows-per-second cap of snapshot and catch-up reads; 0 pauses them at the next "
+                        f"chunk or round (progress is kept); '{_NO_RATE_LIMIT}' lifts the cap")
     parser.add_argument("--reset", action="store_true", help="remove the overrides (back to the job's values)")
     parser.set_defaults(run=_run_alter, rate_limit=_UNSET)
 
@@ -229,7 +230,12 @@ def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _describe(settings: BackfillSettings | None) -> str:
     if settings is None:
         return "unreadable overrides"
-    rate = _NO_RATE_LIMIT if settings.rate_limit is None else f"{settings.rate_limit} rows/s"
+    if settings.rate_limit is None:
+        rate = _NO_RATE_LIMIT
+    elif settings.paused:
+        rate = "0 (paused)"
+    else:
+        rate = f"{settings.rate_limit} rows/s"
     return f"backfill_parallelism={settings.backfill_parallelism}, rate_limit={rate}"
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.apply import apply_epochs, current_watermark
-from airflow_backfill.engine.control import BackfillSettings, effective_settings
+from airflow_backfill.engine.control import BackfillSettings, effective_settings, wait_while_paused
 from airflow_backfill.engine.delta_log import check_upstream, commit_timestamp, latest_version
 from airflow_backfill.engine.parallelism import runtime_conf_for
 from airflow_backfill.engine.query import QueryPlan, plan_query
@@ -110,6 +110,7 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
             )
             converged = False
             break
+        wait_while_paused(job)
         settings = _round_settings(spark, job, parallelism, settings, len(rounds) + 1)
         rounds.append(_run_round(spark, job, plan, latest, pending, settings, len(rounds) + 1))
         watermark = latest

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.aggregate_snapshot import chunk_query, commit_aggregate_snapshot
 from airflow_backfill.engine.changes import apply_query
-from airflow_backfill.engine.control import effective_settings
+from airflow_backfill.engine.control import effective_settings, wait_while_paused
 from airflow_backfill.engine.delta_log import UpstreamInfo, check_upstream, read_watermark
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.mv_commit import CommitInfo, add_actions_for, create_mv
@@ -99,6 +99,7 @@ def _snapshot(
         progress = SnapshotProgress(
             epoch=upstream.version, chunks_total=len(chunks),
             rows_total=sum(c.rows for c in chunks), files_total=sum(len(c.files) for c in chunks),
+            bytes_total=sum(c.size for c in chunks),
         )
         save_progress(job.target, progress)
     removed = remove_unrecorded_output(job.target, progress)
@@ -114,6 +115,7 @@ def _snapshot(
     for chunk in chunks:
         if chunk.index in progress.done:
             continue
+        wait_while_paused(job)
         _run_chunk(spark, job, plan, upstream, chunk, progress, run_id, parallelism)
         chunks_run += 1
         _log_progress(progress, started)
@@ -177,6 +179,7 @@ def _run_chunk(
         index=chunk.index, data_dir=os.path.relpath(out_dir, job.target), rows_in=chunk.rows,
         rows_out=rows_out, seconds=round(time.monotonic() - started, 3),
         parallelism=settings.backfill_parallelism, run_id=run_id,
+        bytes_in=chunk.size,
     )
     save_progress(job.target, progress)
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)
