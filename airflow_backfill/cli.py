@@ -240,30 +240,15 @@ def _describe(settings: BackfillSettings | None) -> str:
 
 
 def _run_alter(args: argparse.Namespace) -> int:
-    from airflow_backfill.engine.control import (
-        effective_settings,
-        next_safe_point,
-        reset_overrides,
-        write_overrides,
-    )
+    from airflow_backfill.engine.control import apply_alter
     from airflow_backfill.job import load_job
 
     overrides = _requested_overrides(args)  # usage errors first, before the job file is read
     job = load_job(args.job)
-    before: BackfillSettings | None = None
-    try:
-        before = effective_settings(job)
-    except BackfillConfigError:
-        if not args.reset:  # a damaged control file: --reset is the way out
-            raise
-    if args.reset:
-        reset_overrides(job.target)
-    else:
-        write_overrides(job.target, **overrides)
-    after = effective_settings(job)
+    result = apply_alter(job, overrides, reset=args.reset)
     action = "reset to the job's values" if args.reset else "altered"
-    print(f"job {job.name}: {action}: {_describe(before)} -> {_describe(after)}")
-    print(next_safe_point(job).message)
+    print(f"job {job.name}: {action}: {_describe(result.before)} -> {_describe(result.after)}")
+    print(result.safe_point.message)
     return EXIT_OK
 
 

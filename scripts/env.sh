@@ -12,3 +12,5 @@ export PYSPARK_PYTHON="$_root/.venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$_root/.venv/bin/python"
 unset _root
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+# Airflow loads the plugins of providers (this provider's UI page) only with eager discovery.
+export AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS="${AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS:-False}"

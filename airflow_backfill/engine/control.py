@@ -132,6 +132,35 @@ def effective_settings(job: BackfillJob, parallelism: int | None = None) -> Back
 
 
 @dataclass(frozen=True)
+class AlterResult:
+    """What an alter changed, and when the change reaches the running phase."""
+
+    before: BackfillSettings | None
+    """None when the control file was unreadable (a reset clears it)."""
+    after: BackfillSettings
+    safe_point: SafePoint
+
+
+def apply_alter(job: BackfillJob, overrides: dict[str, Any], *, reset: bool = False) -> AlterResult:
+    """Store `overrides` (or remove them all with `reset`); the CLI and the UI both go through here.
+
+    The values are validated before anything is written; a damaged control file is
+    reported, except by a reset, which is the way out of it.
+    """
+    before: BackfillSettings | None = None
+    try:
+        before = effective_settings(job)
+    except BackfillConfigError:
+        if not reset:
+            raise
+    if reset:
+        reset_overrides(job.target)
+    else:
+        write_overrides(job.target, **overrides)
+    return AlterResult(before, effective_settings(job), next_safe_point(job))
+
+
+@dataclass(frozen=True)
 class SafePoint:
     """Where a job is, and when an override written now reaches it."""
 
