@@ -29,23 +29,27 @@ API_JOB = "api_orders_mv"
 BROWSER_JOB = "browser_orders_mv"
 DAG_ID = "plugin_test_backfill"
 
+RATE_LIMITS = {API_JOB: 500, BROWSER_JOB: 20}
+
 DAG_FILE = '''
 import pendulum
 from airflow.sdk import DAG
 
 from airflow_backfill.task_group import backfill_task_group
 
-def job(name, root, rate_limit):
-    return {{
-        "name": name, "source": root + "/" + name + "_source", "target": root + "/" + name,
-        "query": "SELECT order_id, amount FROM source", "primary_key": ["order_id"],
-        "backfill_parallelism": 2, "parallelism": 1, "rate_limit": rate_limit,
-    }}
-
 with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
-    backfill_task_group(job("{api_job}", "{root}", 500), group_id="api")
-    backfill_task_group(job("{browser_job}", "{root}", 40), group_id="browser")
+    backfill_task_group({api_job!r}, group_id="api")
+    backfill_task_group({browser_job!r}, group_id="browser")
 '''
+
+
+def job_spec(name: str, root: Path) -> dict:
+    """The job a test DAG declares (the tests build the same job to run its phases)."""
+    return {
+        "name": name, "source": str(root / f"{name}_source"), "target": str(root / name),
+        "query": "SELECT order_id, amount FROM source", "primary_key": ["order_id"],
+        "backfill_parallelism": 2, "parallelism": 1, "rate_limit": RATE_LIMITS[name],
+    }
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def run_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServ
     dags = home / "dags"
     dags.mkdir()
     (dags / "plugin_test_dag.py").write_text(textwrap.dedent(DAG_FILE.format(
-        dag_id=DAG_ID, api_job=API_JOB, browser_job=BROWSER_JOB, root=tables)))
+        dag_id=DAG_ID, api_job=job_spec(API_JOB, tables), browser_job=job_spec(BROWSER_JOB, tables))))
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
     database = home / "airflow.db"
