@@ -4,6 +4,7 @@ point without losing progress; any other rate limit (or a reset) lets them conti
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from deltalake import write_deltalake
 
 from airflow_backfill.cli import main
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.catch_up import run_catch_up
 from airflow_backfill.engine.control import (
     effective_settings,
     is_paused,
@@ -29,6 +31,8 @@ from airflow_backfill.engine.snapshot_progress import load_progress
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.overrides import validate_overrides
+from airflow_backfill.simulator import commit_epoch, create_orders_table
+from oracle import assert_mv_matches
 
 
 @pytest.fixture
@@ -146,3 +150,34 @@ def test_the_snapshot_holds_at_its_next_chunk_and_keeps_its_progress(spark, job_
     progress = load_progress(job.target)
     assert progress is not None and len(progress.done) == 3
     assert progress.bytes_done == progress.bytes_total and progress.bytes_total
+
+
+@pytest.mark.spark
+def test_catch_up_holds_before_its_next_round_and_then_converges(spark, tables):
+    query = "SELECT order_id, status, amount FROM source"
+    create_orders_table(tables["source"], rows=100, seed=7)
+    job = BackfillJob(name="paused_mv", query=query, primary_key=["order_id"], lag_threshold=0,
+                      poll_interval=0.05, **tables)
+    snapshot = run_snapshot(spark, job)
+    rng = random.Random(7)
+    for _ in range(3):
+        commit_epoch(job.source, rng, inserts=5, updates=5, deletes=2)
+    write_overrides(job.target, rate_limit=0)
+    errors: list[BaseException] = []
+
+    def catch_up() -> None:
+        try:
+            run_catch_up(spark, job)
+        except BaseException as error:  # surfaced in the test thread
+            errors.append(error)
+
+    runner = threading.Thread(target=catch_up)
+    runner.start()
+    wait_for(lambda: job_state.read_state(job.target).get("paused_since") is not None)
+    time.sleep(0.5)
+    assert runner.is_alive() and read_watermark(job.target, job.app_id) == snapshot.epoch
+    assert not job_state.read_state(job.target).get("catch_up_rounds")
+    reset_overrides(job.target)
+    runner.join(120)
+    assert not errors and not runner.is_alive()
+    assert assert_mv_matches(job.source, job.target, query, job.app_id, key=["order_id"]) == snapshot.epoch + 3
