@@ -2,7 +2,7 @@
 
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
-    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|none] [--reset]
+    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none] [--reset]
     airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--parallelism N]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
@@ -177,18 +177,18 @@ def _backfill_parallelism(text: str) -> int:
 
 
 def _rate_limit(text: str) -> int | None:
-    """Rows per second within the job's bounds, or `none` to lift the cap while overridden."""
-    from airflow_backfill.job import validate_rate_limit
+    """Rows per second within the job's bounds, 0 to pause, or `none` to lift the cap while overridden."""
+    from airflow_backfill.engine.control import validate_override_rate_limit
 
     if text.strip().lower() == _NO_RATE_LIMIT:
         return None
     value = _whole_number(text)
-    if value < 1:
+    if value < 0:
         raise argparse.ArgumentTypeError(
-            f"expected 1 row per second or more (or '{_NO_RATE_LIMIT}' to lift the cap), got {value}"
+            f"expected 1 row per second or more, 0 to pause (or '{_NO_RATE_LIMIT}' to lift the cap), got {value}"
         )
     try:
-        return validate_rate_limit(value)
+        return validate_override_rate_limit(value)
     except BackfillConfigError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
@@ -215,7 +215,8 @@ def _add_alter(subparsers: Any) -> None:
     parser.add_argument("--backfill-parallelism", type=_backfill_parallelism, metavar="N",
                         help="Spark parallelism of snapshot chunks and catch-up rounds (1 to 1024)")
     parser.add_argument("--rate-limit", type=_rate_limit, metavar="ROWS_PER_S",
-                        help=f"rows-per-second cap of snapshot and catch-up reads; '{_NO_RATE_LIMIT}' lifts it")
+                        help="rows-per-second cap of snapshot and catch-up reads; 0 pauses them at the next "
+                        f"chunk or round (progress is kept); '{_NO_RATE_LIMIT}' lifts the cap")
     parser.add_argument("--max-round-epochs", type=_round_bound, metavar="N",
                         help=f"upstream epochs one catch-up round applies at most; '{_NO_RATE_LIMIT}' lifts it")
     parser.add_argument("--max-round-bytes", type=_round_bound, metavar="BYTES",
@@ -245,7 +246,12 @@ def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _describe(settings: BackfillSettings | None) -> str:
     if settings is None:
         return "unreadable overrides"
-    rate = _NO_RATE_LIMIT if settings.rate_limit is None else f"{settings.rate_limit} rows/s"
+    if settings.rate_limit is None:
+        rate = _NO_RATE_LIMIT
+    elif settings.paused:
+        rate = "0 (paused)"
+    else:
+        rate = f"{settings.rate_limit} rows/s"
     described = f"backfill_parallelism={settings.backfill_parallelism}, rate_limit={rate}"
     for name in ("max_round_epochs", "max_round_bytes"):
         if getattr(settings, name) is not None:
@@ -254,30 +260,15 @@ def _describe(settings: BackfillSettings | None) -> str:
 
 
 def _run_alter(args: argparse.Namespace) -> int:
-    from airflow_backfill.engine.control import (
-        effective_settings,
-        next_safe_point,
-        reset_overrides,
-        write_overrides,
-    )
+    from airflow_backfill.engine.control import apply_alter
     from airflow_backfill.job import load_job
 
     overrides = _requested_overrides(args)  # usage errors first, before the job file is read
     job = load_job(args.job)
-    before: BackfillSettings | None = None
-    try:
-        before = effective_settings(job)
-    except BackfillConfigError:
-        if not args.reset:  # a damaged control file: --reset is the way out
-            raise
-    if args.reset:
-        reset_overrides(job.target)
-    else:
-        write_overrides(job.target, **overrides)
-    after = effective_settings(job)
+    result = apply_alter(job, overrides, reset=args.reset)
     action = "reset to the job's values" if args.reset else "altered"
-    print(f"job {job.name}: {action}: {_describe(before)} -> {_describe(after)}")
-    print(next_safe_point(job).message)
+    print(f"job {job.name}: {action}: {_describe(result.before)} -> {_describe(result.after)}")
+    print(result.safe_point.message)
     return EXIT_OK
 
 

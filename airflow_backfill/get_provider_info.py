@@ -41,4 +41,8 @@ def get_provider_info() -> dict[str, Any]:
         "hooks": [
             {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.hooks.delta"]}
         ],
+        "extra-links": ["airflow_backfill.links.progress.BackfillProgressLink"],
+        "plugins": [
+            {"name": "airflow_backfill", "plugin-class": "airflow_backfill.plugins.progress.BackfillProgressPlugin"}
+        ],
     }

@@ -10,6 +10,14 @@ if ! command -v java >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless procps >/dev/null
 fi
 
+if ! command -v chromium >/dev/null 2>&1; then
+  # The UI plugin's browser test drives the system's Chromium through Playwright
+  # (Playwright never downloads a browser here).
+  echo "== installing Chromium (apt-get)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then

@@ -60,7 +60,6 @@ def output_lines(capsys) -> list[str]:
     (["--backfill-parallelism", "1025"], "argument --backfill-parallelism: expected a whole number from 1 to 1024"),
     (["--backfill-parallelism", "two"], "argument --backfill-parallelism: expected a whole number, got 'two'"),
     (["--backfill-parallelism", "1.5"], "argument --backfill-parallelism: expected a whole number, got '1.5'"),
-    (["--rate-limit", "0"], "argument --rate-limit: expected 1 row per second or more"),
     (["--rate-limit", "-10"], "argument --rate-limit: expected 1 row per second or more"),
     (["--rate-limit", "fast"], "argument --rate-limit: expected a whole number, got 'fast'"),
     (["--rate-limit", str(10**13)], "rate_limit must be between 1 and"),

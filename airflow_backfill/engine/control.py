@@ -5,14 +5,22 @@ read it at every snapshot chunk and catch-up round (the next safe point), so a c
 applies without restarting the DAG. `--reset` removes the overrides and the job's own
 values apply again. Forward runs at the job's `parallelism` and is not paced, so the
 overrides only matter to the backfill (snapshot and catch-up). See docs/live-control.md.
+
+A rate limit of 0 pauses the backfill: the phase holds at its next safe point (before
+the next chunk or round, with everything before it committed or recorded) until the
+limit is altered or reset. Job files and `dag_run.conf` keep refusing 0, since a job
+that starts paused is almost surely a typo; only `alter` can pause.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +32,13 @@ from airflow_backfill.job import validate_parallelism, validate_rate_limit, vali
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
+log = logging.getLogger(__name__)
+
 CONTROL_FILE = "control.json"
 _KEYS = ("backfill_parallelism", "rate_limit", "max_round_epochs", "max_round_bytes")
+
+PAUSED_RATE_LIMIT = 0
+"""The rate limit that holds snapshot and catch-up at their next safe point."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,11 @@ class BackfillSettings:
     altered: bool
     max_round_epochs: int | None = None
     max_round_bytes: int | None = None
+
+    @property
+    def paused(self) -> bool:
+        """A rate limit of 0: the phase holds at its next safe point."""
+        return self.rate_limit == PAUSED_RATE_LIMIT
 
 
 def control_path(target: str) -> str:
@@ -53,13 +71,20 @@ def _validate(overrides: dict[str, Any], origin: str) -> dict[str, Any]:
         if "backfill_parallelism" in overrides:
             validate_parallelism("backfill_parallelism", overrides["backfill_parallelism"])
         if "rate_limit" in overrides:
-            validate_rate_limit(overrides["rate_limit"])
+            validate_override_rate_limit(overrides["rate_limit"])
         for bound in ("max_round_epochs", "max_round_bytes"):
             if bound in overrides:
                 validate_round_bound(bound, overrides[bound])
     except BackfillConfigError as error:
         raise BackfillConfigError(f"{origin}: {error}") from None
     return overrides
+
+
+def validate_override_rate_limit(value: Any) -> int | None:
+    """A rate limit an `alter` may set: the job's rates, None (no cap) or 0 (paused)."""
+    if value == PAUSED_RATE_LIMIT and not isinstance(value, bool) and isinstance(value, int):
+        return PAUSED_RATE_LIMIT
+    return validate_rate_limit(value)
 
 
 def read_overrides(target: str) -> dict[str, Any]:
@@ -114,6 +139,35 @@ def effective_settings(job: BackfillJob, parallelism: int | None = None) -> Back
 
 
 @dataclass(frozen=True)
+class AlterResult:
+    """What an alter changed, and when the change reaches the running phase."""
+
+    before: BackfillSettings | None
+    """None when the control file was unreadable (a reset clears it)."""
+    after: BackfillSettings
+    safe_point: SafePoint
+
+
+def apply_alter(job: BackfillJob, overrides: dict[str, Any], *, reset: bool = False) -> AlterResult:
+    """Store `overrides` (or remove them all with `reset`); the CLI and the UI both go through here.
+
+    The values are validated before anything is written; a damaged control file is
+    reported, except by a reset, which is the way out of it.
+    """
+    before: BackfillSettings | None = None
+    try:
+        before = effective_settings(job)
+    except BackfillConfigError:
+        if not reset:
+            raise
+    if reset:
+        reset_overrides(job.target)
+    else:
+        write_overrides(job.target, **overrides)
+    return AlterResult(before, effective_settings(job), next_safe_point(job))
+
+
+@dataclass(frozen=True)
 class SafePoint:
     """Where a job is, and when an override written now reaches it."""
 
@@ -133,6 +187,11 @@ def next_safe_point(job: BackfillJob) -> SafePoint:
     state = job_state.read_state(job.target)
     phase = state.get("phase")
     watermark = read_watermark(job.target, job.app_id)
+    if state.get("paused_since") is not None:
+        return SafePoint(phase, False, (
+            f"job {job.name} is held at a safe point of phase {phase} by a rate limit of 0; it re-reads "
+            f"the overrides every {job.poll_interval:g}s and continues with them once the rate limit is not 0"
+        ))
     if state.get("state") == job_state.STATE_CREATED:
         return SafePoint(phase, True, (
             f"stored for a future backfill: job {job.name} has finished its backfill (phase {phase}, "
@@ -167,3 +226,43 @@ def next_safe_point(job: BackfillJob) -> SafePoint:
         f"applies when the catch-up of job {job.name} starts (the snapshot is committed at "
         f"epoch {watermark})"
     ))
+
+
+def is_paused(target: str) -> bool:
+    """True while an `alter --rate-limit 0` holds the job's backfill."""
+    return read_overrides(target).get("rate_limit") == PAUSED_RATE_LIMIT
+
+
+def wait_while_paused(
+    job: BackfillJob,
+    *,
+    stop: threading.Event | None = None,
+    poll_interval: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Hold here while the job's rate limit is 0; returns the seconds held.
+
+    Called where a phase is at a safe point (before a snapshot chunk or a catch-up
+    round), so holding loses nothing. The overrides are re-read every `poll_interval`
+    seconds (the job's `poll_interval` by default); the wait ends when the limit is no
+    longer 0 or when `stop` is set. The state file records `paused_since` meanwhile, so
+    the status and the UI can say that the job is held rather than slow.
+    """
+    if not is_paused(job.target):
+        return 0.0
+    interval = job.poll_interval if poll_interval is None else poll_interval
+    stop = stop or threading.Event()
+    started = clock()
+    log.info("job %s paused (rate limit 0): holding at the next safe point until the rate limit is "
+             "altered or reset", job.name)
+    job_state.update_state(job.target, paused_since=time.time())
+    try:
+        while is_paused(job.target):
+            if stop.wait(interval):
+                log.info("job %s: stop requested while paused", job.name)
+                break
+    finally:
+        job_state.update_state(job.target, paused_since=None)
+    held = clock() - started
+    log.info("job %s resumed after %.1fs paused", job.name, held)
+    return held

@@ -1,7 +1,10 @@
 """A job's status for people and scripts: phase, watermark, lag and progress.
 
-Read from the Delta logs (the watermark and the upstream's latest epoch) and the job's
-state files; nothing here starts Spark or writes anything.
+Read from the Delta logs (the watermark, the upstream's latest epoch, every MV commit's
+recorded parallelism) and the job's durable state files (chunk progress, catch-up
+rounds, overrides); nothing here starts Spark, writes anything or depends on the memory
+of a running phase, so the numbers survive retries and crashes. `airflow-backfill
+status --json` and the Airflow UI page print the same `JobStatus.to_dict()`.
 """
 
 from __future__ import annotations
@@ -13,30 +16,59 @@ from typing import TYPE_CHECKING, Any
 from deltalake import DeltaTable
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.control import read_overrides
+from airflow_backfill.engine.control import PAUSED_RATE_LIMIT, read_overrides
 from airflow_backfill.engine.delta.log import (
+    commit_metadata,
+    commit_timestamp,
     last_commit_metadata,
     latest_version,
     read_watermark,
     table_exists,
 )
-from airflow_backfill.engine.phases.snapshot_progress import load_progress
+from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, load_progress
 
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
 STATE_NOT_STARTED = "not started"
+COMMITS_SHOWN = 100
+"""The MV's latest commits listed with their parallelism (older ones stay in the Delta log)."""
 
 
 @dataclass(frozen=True)
 class SnapshotStatus:
-    """How far an unfinished (or the last) snapshot got."""
+    """How far an unfinished (or the last) snapshot got, as exact fractions of its input."""
 
     epoch: int
     chunks_done: int
     chunks_total: int
     rows_done: int
     rows_total: int
+    bytes_done: int | None = None
+    """Input bytes of the chunks done; None for progress recorded before sizes were kept."""
+    bytes_total: int | None = None
+    rows_per_second: float | None = None
+    """Input rows per wall-clock second over the chunks of the latest run (pauses included)."""
+    bytes_per_second: float | None = None
+    eta_seconds: float | None = None
+    """Remaining input rows at `rows_per_second`; None before a rate is known."""
+    chunk_parallelism: list[int] = field(default_factory=list)
+    """Backfill parallelism each finished chunk ran at, in chunk order."""
+
+
+@dataclass(frozen=True)
+class ControlStatus:
+    """The backfill parallelism and rate limit the next chunk or round runs with."""
+
+    backfill_parallelism: int
+    rate_limit: int | None
+    """Rows per second; None for no cap, 0 while paused."""
+    job_backfill_parallelism: int
+    job_rate_limit: int | None
+    altered: bool
+    paused: bool
+    paused_since: float | None
+    """When the running phase started holding (epoch seconds); None when it is not held."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +88,8 @@ class JobStatus:
     """The upstream's latest epoch; None when the upstream does not exist yet."""
     pending_epochs: int | None
     """Upstream epochs the MV has not applied yet; None when either side is missing."""
+    lag_seconds: float | None
+    """Commit time of the upstream's latest epoch minus that of the watermark epoch."""
     mv_version: int | None
     """The MV table's latest Delta version."""
     last_commit: dict[str, Any] = field(default_factory=dict)
@@ -65,6 +99,11 @@ class JobStatus:
     snapshot: SnapshotStatus | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     """Backfill parallelism / rate limit set with `alter`, applied at the next round."""
+    control: ControlStatus | None = None
+    catch_up_rounds: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per catch-up round: pending epochs, seconds behind, parallelism, rate limit."""
+    commits: list[dict[str, Any]] = field(default_factory=list)
+    """The MV's latest commits, newest first: version, timestamp, phase, epoch, parallelism."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,10 +116,12 @@ def job_status(job: BackfillJob) -> JobStatus:
     mv_version = None
     if table_exists(job.target):
         mv_version = DeltaTable(job.target).version()
-    pending = None
+    pending = lag_seconds = None
     if upstream_version is not None and watermark is not None:
         pending = max(0, upstream_version - watermark)
+        lag_seconds = _lag_seconds(job.source, watermark, upstream_version)
     progress = job_state.read_state(job.target)
+    overrides = read_overrides(job.target)
     return JobStatus(
         job_name=job.name,
         source=job.source,
@@ -90,25 +131,120 @@ def job_status(job: BackfillJob) -> JobStatus:
         watermark=watermark,
         upstream_version=upstream_version,
         pending_epochs=pending,
+        lag_seconds=lag_seconds,
         mv_version=mv_version,
         last_commit=last_commit_metadata(job.target),
         progress=progress,
         snapshot=_snapshot_status(job.target),
-        overrides=read_overrides(job.target),
+        overrides=overrides,
+        control=_control_status(job, overrides, progress),
+        catch_up_rounds=list(progress.get("catch_up_rounds") or []),
+        commits=mv_commits(job.target) if mv_version is not None else [],
     )
+
+
+def _lag_seconds(source: str, watermark: int, upstream_version: int) -> float | None:
+    if upstream_version <= watermark:
+        return 0.0
+    newest, applied = commit_timestamp(source, upstream_version), commit_timestamp(source, watermark)
+    if newest is None or applied is None:
+        return None
+    return max(0.0, (newest - applied) / 1000.0)
+
+
+def _control_status(job: BackfillJob, overrides: dict[str, Any], progress: dict[str, Any]) -> ControlStatus:
+    rate_limit = overrides.get("rate_limit", job.rate_limit)
+    paused = rate_limit == PAUSED_RATE_LIMIT
+    return ControlStatus(
+        backfill_parallelism=overrides.get("backfill_parallelism", job.backfill_parallelism),
+        rate_limit=rate_limit,
+        job_backfill_parallelism=job.backfill_parallelism,
+        job_rate_limit=job.rate_limit,
+        altered=bool(overrides),
+        paused=paused,
+        paused_since=progress.get("paused_since") if paused else None,
+    )
+
+
+def mv_commits(target: str, limit: int = COMMITS_SHOWN) -> list[dict[str, Any]]:
+    """The MV's latest commits with the parallelism each one recorded, newest first."""
+    commits = []
+    for entry in DeltaTable(target).history(limit=limit):
+        metadata = commit_metadata(entry)
+        if not metadata:
+            continue
+        commits.append({
+            "version": entry.get("version"),
+            "timestamp": entry.get("timestamp"),
+            "phase": metadata.get("phase"),
+            "epoch": _as_int(metadata.get("epoch")),
+            "parallelism": _as_int(metadata.get("parallelism")),
+            "rows": _as_int(metadata.get("rows")),
+            "chunk_parallelism": _int_list(metadata.get("chunk_parallelism")),
+        })
+    return commits
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int_list(value: Any) -> list[int]:
+    """`chunk_parallelism` is recorded as "2,2,1"."""
+    if not isinstance(value, str) or not value:
+        return []
+    return [int(part) for part in value.split(",") if part.strip().isdigit()]
 
 
 def _snapshot_status(target: str) -> SnapshotStatus | None:
     progress = load_progress(target)
     if progress is None:
         return None
+    rows_rate, bytes_rate = snapshot_rates(progress)
+    remaining = progress.rows_total - progress.rows_done
+    eta = None
+    if remaining <= 0:
+        eta = 0.0
+    elif rows_rate:
+        eta = round(remaining / rows_rate, 1)
     return SnapshotStatus(
         epoch=progress.epoch,
         chunks_done=len(progress.done),
         chunks_total=progress.chunks_total,
         rows_done=progress.rows_done,
         rows_total=progress.rows_total,
+        bytes_done=progress.bytes_done,
+        bytes_total=progress.bytes_total,
+        rows_per_second=rows_rate,
+        bytes_per_second=bytes_rate,
+        eta_seconds=eta,
+        chunk_parallelism=[progress.done[index].parallelism for index in sorted(progress.done)],
     )
+
+
+def snapshot_rates(progress: SnapshotProgress) -> tuple[float | None, float | None]:
+    """(rows/s, bytes/s) over the latest run's chunks, from their recorded finish times.
+
+    The span runs from the start of the run's first chunk to the end of its last, so
+    pauses for the rate limit count; chunks of earlier runs are left out, since the time
+    between runs (a crash, a retry) is not the snapshot's speed.
+    """
+    timed = [chunk for chunk in progress.done.values() if chunk.finished_at is not None]
+    if not timed:
+        return None, None
+    latest_run = max(timed, key=lambda chunk: chunk.finished_at or 0.0).run_id
+    run = [chunk for chunk in timed if chunk.run_id == latest_run]
+    begin = min((chunk.finished_at or 0.0) - chunk.seconds for chunk in run)
+    span = max(chunk.finished_at or 0.0 for chunk in run) - begin
+    if span <= 0:
+        return None, None
+    rows_rate = round(sum(chunk.rows_in for chunk in run) / span, 1)
+    sizes = [chunk.bytes_in for chunk in run]
+    bytes_rate = None if any(size is None for size in sizes) else round(sum(s or 0 for s in sizes) / span, 1)
+    return rows_rate, bytes_rate
 
 
 def _or_dash(value: Any) -> str:
@@ -130,6 +266,7 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
         f"watermark       {_or_dash(status.watermark)}",
         f"upstream epoch  {_or_dash(status.upstream_version)}",
         f"pending epochs  {_or_dash(status.pending_epochs)}",
+        f"lag seconds     {_or_dash(status.lag_seconds)}",
     ]
     if status.upstream_version is None:
         lines.append("note            the upstream table does not exist yet")
@@ -141,6 +278,10 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
             f"snapshot        epoch {snap.epoch}: {snap.chunks_done}/{snap.chunks_total} chunks, "
             f"{snap.rows_done}/{snap.rows_total} rows ({_percent(snap.rows_done, snap.rows_total)})"
         )
+        if snap.bytes_done is not None and snap.bytes_total is not None:
+            lines.append(f"                {snap.bytes_done}/{snap.bytes_total} input bytes")
+        if snap.rows_per_second is not None:
+            lines.append(f"                {snap.rows_per_second:.0f} rows/s, ETA {_or_dash(snap.eta_seconds)}s")
     lines.extend(_progress_lines(status.progress))
     if status.last_commit:
         commit = status.last_commit
@@ -149,6 +290,8 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
             f"epoch {commit.get('epoch', '-')}, parallelism {commit.get('parallelism', '-')}, "
             f"rows {commit.get('rows', '-')}"
         )
+    if status.control is not None and status.control.paused:
+        lines.append("paused          rate limit 0: the backfill holds at its next chunk or round")
     if status.overrides:
         altered = ", ".join(f"{key}={value}" for key, value in sorted(status.overrides.items()))
         lines.append(f"altered         {altered} (applies from the next round)")

@@ -22,6 +22,7 @@ from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
+from airflow_backfill.links.progress import BackfillProgressLink
 from airflow_backfill.overrides import job_overrides, validate_overrides
 from airflow_backfill.process import stop_driver
 
@@ -47,6 +48,7 @@ class _PhaseOperator(SparkSubmitOperator):
     phase: str = ""
     xcom_key: str = ""
     uses_backfill_parallelism: bool = True
+    operator_extra_links = (BackfillProgressLink(),)
 
     def __init__(
         self,
@@ -96,6 +98,7 @@ class _PhaseOperator(SparkSubmitOperator):
         return settings
 
     def execute(self, context: Any) -> None:
+        self.publish_progress_link(context)
         job, overrides = self.effective_job(context)
         parallelism = self.phase_parallelism(job)
         encoded = base64.b64encode(job.to_json().encode()).decode()
@@ -120,6 +123,12 @@ class _PhaseOperator(SparkSubmitOperator):
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         """Extra XCom a phase publishes once its commit is read back."""
+
+    def publish_progress_link(self, context: Any) -> None:
+        """Airflow stores extra links when a task ends; a running phase links to its progress now."""
+        for link in self.operator_extra_links:
+            if isinstance(link, BackfillProgressLink):
+                context["ti"].xcom_push(key=link.xcom_key, value=link.get_link(self, ti_key=context["ti"]))
 
 
 class SnapshotBackfillOperator(_PhaseOperator):

@@ -21,6 +21,8 @@ from airflow_backfill.operators.phases import (
     SnapshotBackfillOperator,
 )
 
+PROGRESS_LINK = {"_link_BackfillProgressLink": "/airflow-backfill/jobs/orders_mv"}
+"""Pushed when a phase starts, so a running phase already links to its job's page."""
 MV_ROWS = pa.table({"order_id": pa.array([0], pa.int64()), "amount": pa.array([0.0])})
 
 
@@ -53,7 +55,7 @@ def test_snapshot_submits_its_entry_point_with_the_pinned_epoch(job, submitted):
     assert call["args"][call["args"].index("--parallelism") + 1] == str(job.backfill_parallelism)
     assert call["conf"]["spark.sql.shuffle.partitions"] == str(job.backfill_parallelism)
     assert decoded_job(call["args"]) == job
-    assert context["ti"].pushed == {"snapshot_epoch": 7}
+    assert context["ti"].pushed == {"snapshot_epoch": 7, **PROGRESS_LINK}
 
 
 def test_unrendered_epoch_means_latest(job, submitted):
@@ -67,7 +69,7 @@ def test_catch_up_uses_conf_overrides_and_pushes_the_handover(job, submitted):
     args = submitted[0]["args"]
     assert args[args.index("--parallelism") + 1] == "3"
     assert decoded_job(args).backfill_parallelism == 3
-    assert context["ti"].pushed == {"caught_up_epoch": 7, "handover_version": 7}
+    assert context["ti"].pushed == {"caught_up_epoch": 7, "handover_version": 7, **PROGRESS_LINK}
 
 
 def test_forward_runs_at_the_normal_parallelism_with_bounds(job, submitted):
@@ -77,7 +79,7 @@ def test_forward_runs_at_the_normal_parallelism_with_bounds(job, submitted):
     assert args[args.index("--parallelism") + 1] == str(job.parallelism)
     assert args[args.index("--max-epochs") + 1] == "3"
     assert args[args.index("--idle-timeout") + 1] == "9.0"
-    assert context["ti"].pushed == {"forward_epoch": 7}
+    assert context["ti"].pushed == {"forward_epoch": 7, **PROGRESS_LINK}
 
 
 def test_invalid_conf_fails_before_spark_submit(job, submitted):

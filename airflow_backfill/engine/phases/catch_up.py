@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.control import BackfillSettings, effective_settings
+from airflow_backfill.engine.control import BackfillSettings, effective_settings, wait_while_paused
 from airflow_backfill.engine.delta.change_feed import round_end
 from airflow_backfill.engine.delta.log import check_upstream, commit_timestamp, latest_version
 from airflow_backfill.engine.parallelism import runtime_conf_for
@@ -113,6 +113,7 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
             )
             converged = False
             break
+        wait_while_paused(job)
         settings = _round_settings(spark, job, parallelism, settings, len(rounds) + 1)
         end = round_end(job.source, watermark, latest, max_epochs=settings.max_round_epochs,
                         max_bytes=settings.max_round_bytes)

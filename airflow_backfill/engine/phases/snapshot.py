@@ -34,7 +34,7 @@ from airflow_backfill.engine.aggregates.snapshot import (
     discard_partials,
     partials_uri,
 )
-from airflow_backfill.engine.control import effective_settings
+from airflow_backfill.engine.control import effective_settings, wait_while_paused
 from airflow_backfill.engine.delta.commits import CommitInfo, append, commit_watermark_only
 from airflow_backfill.engine.delta.log import (
     METADATA_PREFIX,
@@ -121,6 +121,7 @@ def _snapshot(
         progress = SnapshotProgress(
             epoch=upstream.version, chunks_total=len(chunks),
             rows_total=sum(c.rows for c in chunks), files_total=sum(len(c.files) for c in chunks),
+            bytes_total=sum(c.size for c in chunks),
         )
         save_progress(job.target, progress)
     _reconcile_with_log(job, plan, progress, chunks)
@@ -134,6 +135,7 @@ def _snapshot(
     for chunk in chunks:
         if chunk.index in progress.done:
             continue
+        wait_while_paused(job)
         _run_chunk(spark, job, plan, upstream, chunk, progress, run_id, parallelism)
         chunks_run += 1
         _log_progress(progress, started)
@@ -262,6 +264,7 @@ def _run_chunk(
     progress.done[chunk.index] = DoneChunk(
         index=chunk.index, rows_in=chunk.rows, rows_out=_rows_written(uri),
         seconds=round(time.monotonic() - started, 3), parallelism=settings.backfill_parallelism, run_id=run_id,
+        bytes_in=chunk.size,
     )
     save_progress(job.target, progress)
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from airflow_backfill.engine.job_state import state_dir
 
@@ -28,6 +30,11 @@ class DoneChunk:
     parallelism: int
     run_id: str
     """The run that produced the chunk: a resumed run keeps the ids of earlier runs."""
+    bytes_in: int | None = None
+    """Input bytes of the chunk's upstream files (None in records written before it was kept)."""
+    finished_at: float | None = field(default_factory=time.time)
+    """Wall-clock time the chunk was recorded: rates and ETAs come from it, so they survive
+    restarts (None in records written before it was kept)."""
 
 
 @dataclass
@@ -37,10 +44,20 @@ class SnapshotProgress:
     rows_total: int
     files_total: int
     done: dict[int, DoneChunk] = field(default_factory=dict)
+    bytes_total: int | None = None
+    """Input bytes of all chunks (None in records written before it was kept)."""
 
     @property
     def rows_done(self) -> int:
         return sum(chunk.rows_in for chunk in self.done.values())
+
+    @property
+    def bytes_done(self) -> int | None:
+        """Input bytes of the chunks done; None when an older record lacks a chunk's size."""
+        sizes = [chunk.bytes_in for chunk in self.done.values()]
+        if self.bytes_total is None or any(size is None for size in sizes):
+            return None
+        return sum(size for size in sizes if size is not None)
 
 
 
@@ -50,9 +67,15 @@ def load_progress(target: str) -> SnapshotProgress | None:
             data = json.load(handle)
     except FileNotFoundError:
         return None
-    known = {f.name for f in fields(DoneChunk)}  # records of older versions may carry more
-    done = {int(k): DoneChunk(**{n: v for n, v in chunk.items() if n in known}) for k, chunk in data.pop("done").items()}
+    done = {int(k): _done_chunk(v) for k, v in data.pop("done").items()}
     return SnapshotProgress(**data, done=done)
+
+
+def _done_chunk(record: dict[str, Any]) -> DoneChunk:
+    """A chunk record. Older records lack the size and time, which stay unknown (never
+    "now"), and may carry fields this version no longer keeps."""
+    known = {f.name for f in fields(DoneChunk)}
+    return DoneChunk(**{"bytes_in": None, "finished_at": None, **{k: v for k, v in record.items() if k in known}})
 
 
 def save_progress(target: str, progress: SnapshotProgress) -> None:

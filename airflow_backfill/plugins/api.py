@@ -1,0 +1,170 @@
+"""The FastAPI app of the UI plugin: the jobs' status as JSON and HTML, and live control.
+
+Every route needs an authenticated Airflow user (the API server's JWT, as a bearer token
+or the UI's cookie) and asks Airflow's auth manager, for every DAG that declares the
+job: reading needs DAG read permission (GET), altering DAG edit permission (PUT). A job
+is addressed by its name only, looked up in the jobs the DAGs declare (`jobs.py`), so no
+request can reach a path. Alters go through `apply_alter`, like `airflow-backfill alter`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow.api_fastapi.core_api.security import GetUserDep
+from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse
+
+from airflow_backfill.engine.control import (
+    AlterResult,
+    BackfillSettings,
+    apply_alter,
+    validate_override_rate_limit,
+)
+from airflow_backfill.exceptions import BackfillConfigError, BackfillError
+from airflow_backfill.job import validate_parallelism
+from airflow_backfill.plugins.jobs import JobRegistry, KnownJob
+from airflow_backfill.plugins.page import render_page
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
+    from airflow.api_fastapi.auth.managers.models.base_user import BaseUser
+
+log = logging.getLogger(__name__)
+
+READ: ResourceMethod = "GET"
+EDIT: ResourceMethod = "PUT"
+ALTERABLE = ("backfill_parallelism", "rate_limit")
+
+
+class AlterRequestError(ValueError):
+    """A body the alter endpoint refuses (400), with a message that says what to send."""
+
+
+def parse_alter_body(body: Any) -> tuple[dict[str, Any], bool]:
+    """(overrides, reset) from a JSON body, validated like `airflow-backfill alter`'s options."""
+    if not isinstance(body, dict):
+        raise AlterRequestError('the body must be a JSON object such as {"backfill_parallelism": 2}.')
+    unknown = sorted(set(body) - {*ALTERABLE, "reset"})
+    if unknown:
+        raise AlterRequestError(
+            f"unknown field(s) {', '.join(unknown)}; send backfill_parallelism, rate_limit or reset."
+        )
+    reset = body.get("reset", False)
+    if not isinstance(reset, bool):
+        raise AlterRequestError(f"reset must be true or false, got {reset!r}.")
+    overrides = {key: body[key] for key in ALTERABLE if key in body}
+    if reset and overrides:
+        raise AlterRequestError(
+            f"reset restores the job's own values and cannot be combined with {' or '.join(overrides)}; "
+            "send two requests."
+        )
+    if not reset and not overrides:
+        raise AlterRequestError(
+            "nothing to alter: send backfill_parallelism, rate_limit (0 pauses, null lifts the cap) "
+            "or reset: true."
+        )
+    try:
+        if "backfill_parallelism" in overrides:
+            validate_parallelism("backfill_parallelism", overrides["backfill_parallelism"])
+        if "rate_limit" in overrides:
+            validate_override_rate_limit(overrides["rate_limit"])
+    except BackfillConfigError as error:
+        raise AlterRequestError(str(error)) from None
+    return overrides, reset
+
+
+def _is_authorized(user: BaseUser, method: ResourceMethod, known: KnownJob) -> bool:
+    """True when the user may `method` every DAG that declares the job."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+    from airflow.models.dag import DagModel
+
+    manager = get_auth_manager()
+    return all(
+        manager.is_authorized_dag(
+            method=method, user=user, details=DagDetails(id=dag_id, team_name=DagModel.get_team_name(dag_id))
+        )
+        for dag_id in known.dag_ids
+    )
+
+
+def _settings(settings: BackfillSettings | None) -> dict[str, Any] | None:
+    if settings is None:
+        return None
+    return {"backfill_parallelism": settings.backfill_parallelism, "rate_limit": settings.rate_limit,
+            "altered": settings.altered, "paused": settings.paused}
+
+
+def job_view(known: KnownJob) -> dict[str, Any]:
+    """One job for the page: its DAGs and `JobStatus.to_dict()`, as `status --json` prints it."""
+    from airflow_backfill.engine.status import job_status
+
+    view: dict[str, Any] = {"name": known.name, "dag_ids": list(known.dag_ids), "status": None, "error": None}
+    try:
+        view["status"] = json.loads(json.dumps(job_status(known.job).to_dict(), sort_keys=True, default=str))
+    except BackfillError as error:  # a damaged state file: shown, not a server error
+        view["error"] = str(error)
+    return view
+
+
+def create_app(registry: JobRegistry | None = None) -> FastAPI:
+    """The plugin's app; `registry` lists the jobs the deployment's DAGs declare."""
+    jobs = registry or JobRegistry()
+    app = FastAPI(title="airflow-backfill", description="Backfill progress and live control")
+
+    def authorized(job_name: str, user: BaseUser, method: ResourceMethod) -> KnownJob:
+        known = jobs.get(job_name)
+        if known is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no DAG declares a backfill job named {job_name!r}")
+        if not _is_authorized(user, method, known):
+            action = "read" if method == READ else "edit"
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"job {job_name} needs permission to {action} DAG(s) {', '.join(known.dag_ids)}",
+            )
+        return known
+
+    @app.get("/", response_class=HTMLResponse)
+    def index(request: Request, user: GetUserDep) -> HTMLResponse:
+        """Every job the user may read."""
+        return HTMLResponse(render_page(request.scope.get("root_path", ""), None))
+
+    @app.get("/jobs/{job_name}", response_class=HTMLResponse)
+    def job_page(job_name: str, request: Request, user: GetUserDep) -> HTMLResponse:
+        """One job: the target of the phases' extra link."""
+        known = authorized(job_name, user, READ)
+        return HTMLResponse(render_page(request.scope.get("root_path", ""), known.name))
+
+    @app.get("/api/jobs")
+    def list_jobs(user: GetUserDep) -> dict[str, Any]:
+        readable = [known for known in jobs.jobs().values() if _is_authorized(user, READ, known)]
+        return {"jobs": [job_view(known) for known in readable]}
+
+    @app.get("/api/jobs/{job_name}")
+    def get_job(job_name: str, user: GetUserDep) -> dict[str, Any]:
+        return job_view(authorized(job_name, user, READ))
+
+    @app.post("/api/jobs/{job_name}/alter")
+    async def alter_job(job_name: str, request: Request, user: GetUserDep) -> dict[str, Any]:
+        """Alter or reset the backfill parallelism / rate limit; applies at the next chunk or round."""
+        known = await run_in_threadpool(authorized, job_name, user, EDIT)
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, "the body is not valid JSON") from None
+        try:
+            overrides, reset = parse_alter_body(body)
+            result: AlterResult = await run_in_threadpool(apply_alter, known.job, overrides, reset=reset)
+        except (AlterRequestError, BackfillConfigError) as error:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
+        log.info("job %s altered by %s: %s%s", known.name, user.get_name(), overrides, " (reset)" if reset else "")
+        return {"name": known.name, "reset": reset, "before": _settings(result.before),
+                "after": _settings(result.after), "message": result.safe_point.message}
+
+    return app
