@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
+from airflow_backfill.kafka.cli import add_kafka_status
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.control import BackfillSettings
@@ -267,6 +268,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_simulate,
     _add_status,
     _add_alter,
+    add_kafka_status,
 )
 
 

@@ -149,3 +149,62 @@ def validate_append_only_query(query: Any) -> str:
             "with a second job whose source is this MV."
         )
     return query
+
+
+@dataclass(frozen=True)
+class KafkaPipeline:
+    """One Kafka job file: the topic, the source job that ingests it, and the MV backfilled over it."""
+
+    source_job: KafkaSourceJob
+    backfill: KafkaBackfillJob
+
+    @classmethod
+    def from_mapping(cls, data: Any, origin: str = "job") -> KafkaPipeline:
+        """Build from `{upstream: {...}, source_job: {...}, backfill: {...}}`; errors name the field."""
+        if not isinstance(data, dict):
+            raise BackfillConfigError(f"{origin}: a Kafka job must be a mapping with upstream, source_job, backfill.")
+        unknown = sorted(set(data) - {"kind", "upstream", "source_job", "backfill"})
+        missing = sorted({"upstream", "source_job", "backfill"} - set(data))
+        if unknown or missing:
+            raise BackfillConfigError(
+                f"{origin}: unknown sections {unknown} / missing sections {missing}; "
+                "a Kafka job has exactly upstream, source_job and backfill."
+            )
+        try:
+            upstream = KafkaTopic(**data["upstream"])
+            source_job = KafkaSourceJob(upstream=upstream, **data["source_job"])
+            backfill = KafkaBackfillJob(upstream=upstream, source_table=source_job.table, **data["backfill"])
+        except TypeError as error:
+            raise BackfillConfigError(f"{origin}: {error}; see the Kafka section of the README for the fields.") from None
+        except BackfillConfigError as error:
+            raise BackfillConfigError(f"{origin}: {error}") from None
+        return cls(source_job, backfill)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The inverse of `from_mapping` (operators pass the job to spark-submit as JSON)."""
+        upstream = self.source_job.upstream
+        return {
+            "kind": "kafka",
+            "upstream": {"bootstrap_servers": upstream.bootstrap_servers, "topic": upstream.topic,
+                         "value_schema": upstream.value_schema},
+            "source_job": {"name": self.source_job.name, "table": self.source_job.table,
+                           "parallelism": self.source_job.parallelism,
+                           "max_records_per_round": self.source_job.max_records_per_round},
+            "backfill": {"name": self.backfill.name, "query": self.backfill.query, "target": self.backfill.target,
+                         "backfill_parallelism": self.backfill.backfill_parallelism,
+                         "rate_limit": self.backfill.rate_limit,
+                         "max_records_per_round": self.backfill.max_records_per_round,
+                         "start": self.backfill.start},
+        }
+
+
+def load_kafka_pipeline(path: str) -> KafkaPipeline:
+    """Read a Kafka job file (YAML)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise BackfillConfigError(f"job file {path} does not exist; pass the path of a Kafka job file.") from None
+    return KafkaPipeline.from_mapping(data, origin=str(path))
