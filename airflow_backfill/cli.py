@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
+from airflow_backfill.kafka.cli import add_kafka_status
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.control import BackfillSettings
@@ -316,6 +317,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_status,
     _add_alter,
     _add_maintain,
+    add_kafka_status,
 )
 
 

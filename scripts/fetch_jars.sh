@@ -1,43 +1,60 @@
 #!/usr/bin/env bash
-# Fetches the pinned JVM libraries of jars/pom.xml into jars/lib with Maven (install time
-# only; Spark never resolves packages at run time). Jars that pyspark already ships (Spark's
-# own Hadoop, Parquet, Jackson, Scala...) are left out so that one version of each class is
-# on the classpath. Skipped when jars/lib already matches the pom. Also writes
-# jars/conf/spark-defaults.conf (Delta's jars, extension and catalog), which scripts/env.sh
-# points SPARK_CONF_DIR at, so that a spark-submit run by hand loads Delta at launch too.
+# Fetches pinned JVM libraries with Maven (install time only; nothing is resolved at run time):
+#   jars/pom.xml              -> jars/lib               Spark's extra jars (Delta Lake, Kafka connector),
+#                                                       loaded through spark.jars; jars that pyspark
+#                                                       already ships (Hadoop, Parquet, Jackson, Scala...)
+#                                                       are left out so one version of each class is loaded
+#   jars/kafka-broker/pom.xml -> jars/kafka-broker/lib  Apache Kafka's broker for the loopback test broker,
+#                                                       run with the JDK; never on Spark's classpath
+# Each folder is skipped when it already matches its pom. Also writes jars/conf/spark-defaults.conf
+# (Delta's jars, extension and catalog), which scripts/env.sh points SPARK_CONF_DIR at, so that a
+# spark-submit run by hand loads them at launch too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pom=jars/pom.xml
-lib=jars/lib
-stamp="$lib/.pom.sha256"
-want=$(sha256sum "$pom" | cut -d' ' -f1)
+
+ensure_maven() {
+  if ! command -v mvn >/dev/null 2>&1; then
+    echo "== installing Maven (apt-get)"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
+  fi
+}
+
+# fetch <pom> <lib> <drop jars pyspark ships: yes|no>
+fetch() {
+  local pom=$1 lib=$2 drop_pyspark=$3
+  local stamp="$lib/.pom.sha256" want
+  want=$(sha256sum "$pom" | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "== $lib is up to date with $pom"
+    return 0
+  fi
+  ensure_maven
+  echo "== fetching the jars of $pom with Maven into $lib"
+  rm -rf "$lib.tmp"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$lib.tmp"
+  if [ "$drop_pyspark" = yes ]; then
+    local pyspark_jars jar artifact
+    pyspark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+    for jar in "$lib.tmp"/*.jar; do
+      artifact=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[0-9]+)?\.jar$//')
+      if compgen -G "$pyspark_jars/$artifact-[0-9]*.jar" >/dev/null; then
+        rm "$jar"   # pyspark ships its own version of this artifact
+      fi
+    done
+  fi
+  rm -rf "$lib"
+  mv "$lib.tmp" "$lib"
+  echo "$want" >"$stamp"
+  echo "== $(ls "$lib"/*.jar | wc -l) jars in $lib: $(cd "$lib" && ls *.jar | tr '\n' ' ')"
+}
+
 write_spark_defaults() {
   mkdir -p jars/conf
   .venv/bin/python -c 'from airflow_backfill.engine.delta.jars import delta_spark_conf
 for key, value in delta_spark_conf().items(): print(key, value)' >jars/conf/spark-defaults.conf
 }
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  write_spark_defaults
-  echo "== jars/lib is up to date with $pom"
-  exit 0
-fi
-if ! command -v mvn >/dev/null 2>&1; then
-  echo "== installing Maven (apt-get)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
-fi
-pyspark_jars=$(.venv/bin/python -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
-echo "== fetching the jars of $pom with Maven into $lib"
-rm -rf "$lib.tmp"
-mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$lib.tmp"
-for jar in "$lib.tmp"/*.jar; do
-  artifact=$(basename "$jar" | sed -E 's/-[0-9][^-]*(-[0-9]+)?\.jar$//')
-  if compgen -G "$pyspark_jars/$artifact-[0-9]*.jar" >/dev/null; then
-    rm "$jar"   # pyspark ships its own version of this artifact
-  fi
-done
-rm -rf "$lib"
-mv "$lib.tmp" "$lib"
-echo "$want" >"$stamp"
+
+fetch jars/pom.xml jars/lib yes
+fetch jars/kafka-broker/pom.xml jars/kafka-broker/lib no
 write_spark_defaults
-echo "== $(ls "$lib"/*.jar | wc -l) jars in $lib: $(cd "$lib" && ls *.jar | tr '\n' ' ')"

@@ -55,3 +55,6 @@ def restore_root_logging():
         if handler not in handlers:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+from kafka_fixtures import kafka_broker, kafka_simulator  # noqa: E402,F401  (Kafka tests' fixtures)

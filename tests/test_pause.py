@@ -17,7 +17,6 @@ from deltalake import write_deltalake
 
 from airflow_backfill.cli import main
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.control import (
     effective_settings,
     is_paused,
@@ -26,6 +25,7 @@ from airflow_backfill.engine.control import (
     write_overrides,
 )
 from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.phases.snapshot_progress import load_progress
 from airflow_backfill.exceptions import BackfillConfigError

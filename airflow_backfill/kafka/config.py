@@ -1,0 +1,210 @@
+"""Declarations of a Kafka upstream, of the source job that ingests it, and of a source backfill.
+
+Frozen dataclasses validated on construction, like `BackfillJob`: a bad value is refused
+with a message that names the field and the fix, before anything touches Kafka or Delta.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sqlglot import exp
+
+from airflow_backfill.engine.planning.query import _parse_single_select, _refuse_unsupported_constructs
+from airflow_backfill.exceptions import BackfillConfigError, UnsupportedQueryError
+from airflow_backfill.job import normalize_table_uri, validate_parallelism, validate_rate_limit
+
+START_EARLIEST = "earliest"
+"""Read each partition from offset 0; offsets already deleted by retention are an error."""
+START_EARLIEST_AVAILABLE = "earliest_available"
+"""Read each partition from the oldest offset Kafka still holds (records lost to retention are skipped)."""
+_STARTS = (START_EARLIEST, START_EARLIEST_AVAILABLE)
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_BOOTSTRAP = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
+RECORD_COLUMNS = ("key", "_partition", "_offset", "_timestamp")
+"""Columns every decoded record has besides the fields of its value."""
+
+
+def _name(field: str, value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise BackfillConfigError(
+            f"{field} must start with a letter and use letters, digits, '_', '.', '-' (got {value!r})."
+        )
+    return value
+
+
+def _positive(field: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BackfillConfigError(f"{field} must be a positive integer, got {value!r}.")
+    return value
+
+
+@dataclass(frozen=True)
+class KafkaTopic:
+    """A Kafka topic whose record values are JSON objects of a declared schema."""
+
+    bootstrap_servers: str
+    """`host:port[,host:port...]` of the brokers."""
+    topic: str
+    """The topic's name."""
+    value_schema: str
+    """The value's fields as a Spark DDL string, e.g. `order_id BIGINT, amount DOUBLE`."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bootstrap_servers, str) or not _BOOTSTRAP.match(self.bootstrap_servers):
+            raise BackfillConfigError(
+                f"bootstrap_servers must be 'host:port' (comma-separated for several), got {self.bootstrap_servers!r}."
+            )
+        if not isinstance(self.topic, str) or not _TOPIC.match(self.topic):
+            raise BackfillConfigError(f"topic must be a Kafka topic name (letters, digits, '._-'), got {self.topic!r}.")
+        if not isinstance(self.value_schema, str) or not self.value_schema.strip():
+            raise BackfillConfigError(
+                "value_schema must declare the value's JSON fields as Spark DDL, e.g. 'order_id BIGINT, amount DOUBLE'."
+            )
+        clashes = [name for name in RECORD_COLUMNS if re.search(rf"(^|,)\s*`?{name}`?\s", self.value_schema)]
+        if clashes:
+            raise BackfillConfigError(
+                f"value_schema declares {', '.join(clashes)}, which every record already has; rename the field."
+            )
+
+
+@dataclass(frozen=True)
+class KafkaSourceJob:
+    """The shared reader: ingests a topic, forward only, into an append-only Delta table."""
+
+    name: str
+    """Names the job's app transaction `airflow_backfill/source/<name>`."""
+    upstream: KafkaTopic
+    table: str
+    """The Delta table the records are appended to (created by the first round)."""
+    parallelism: int = 1
+    """Spark parallelism of the source job."""
+    max_records_per_round: int = 1_000_000
+    """At most this many records per partition in one commit."""
+
+    def __post_init__(self) -> None:
+        _name("name", self.name)
+        object.__setattr__(self, "table", normalize_table_uri("table", self.table))
+        validate_parallelism("parallelism", self.parallelism)
+        _positive("max_records_per_round", self.max_records_per_round)
+
+    @property
+    def app_id(self) -> str:
+        return f"airflow_backfill/source/{self.name}"
+
+
+@dataclass(frozen=True)
+class KafkaBackfillJob:
+    """A new MV over a Kafka topic that a source job already ingests into `source_table`."""
+
+    name: str
+    """Names the MV's app transaction `airflow_backfill/<name>`."""
+    upstream: KafkaTopic
+    source_table: str
+    """The source job's Delta table (it may not exist yet)."""
+    query: str
+    """A stateless Spark SQL query over `source` (projection, deterministic expressions, WHERE)."""
+    target: str
+    """The MV's Delta table, created by the first backfill round."""
+    backfill_parallelism: int = 2
+    """Spark parallelism of the backfill's Kafka reads (alterable live)."""
+    rate_limit: int | None = None
+    """Records per second the backfill reads from Kafka at most (None: no cap; alterable live)."""
+    max_records_per_round: int = 1_000_000
+    """At most this many records per partition read from Kafka in one MV commit."""
+    start: str = START_EARLIEST
+    """`earliest` (offsets lost to retention are an error) or `earliest_available`."""
+
+    def __post_init__(self) -> None:
+        _name("name", self.name)
+        object.__setattr__(self, "source_table", normalize_table_uri("source_table", self.source_table))
+        object.__setattr__(self, "target", normalize_table_uri("target", self.target))
+        if self.source_table == self.target:
+            raise BackfillConfigError("target must differ from source_table: the MV is a new table.")
+        validate_parallelism("backfill_parallelism", self.backfill_parallelism)
+        validate_rate_limit(self.rate_limit)
+        _positive("max_records_per_round", self.max_records_per_round)
+        if self.start not in _STARTS:
+            raise BackfillConfigError(f"start must be one of {', '.join(_STARTS)}, got {self.start!r}.")
+        validate_append_only_query(self.query)
+
+    @property
+    def app_id(self) -> str:
+        return f"airflow_backfill/{self.name}"
+
+
+def validate_append_only_query(query: Any) -> str:
+    """Refuse what a per-record (append-only) MV cannot maintain: aggregates come on top of that."""
+    if not isinstance(query, str) or not query.strip():
+        raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
+    select = _parse_single_select(query)
+    _refuse_unsupported_constructs(select)
+    if select.args.get("group") is not None or any(isinstance(node, exp.AggFunc) for node in select.walk()):
+        raise UnsupportedQueryError(
+            "aggregates are not supported over a Kafka upstream yet: the source backfill maintains "
+            "per-record queries (projections, deterministic expressions, WHERE); aggregate the MV "
+            "with a second job whose source is this MV."
+        )
+    return query
+
+
+@dataclass(frozen=True)
+class KafkaPipeline:
+    """One Kafka job file: the topic, the source job that ingests it, and the MV backfilled over it."""
+
+    source_job: KafkaSourceJob
+    backfill: KafkaBackfillJob
+
+    @classmethod
+    def from_mapping(cls, data: Any, origin: str = "job") -> KafkaPipeline:
+        """Build from `{upstream: {...}, source_job: {...}, backfill: {...}}`; errors name the field."""
+        if not isinstance(data, dict):
+            raise BackfillConfigError(f"{origin}: a Kafka job must be a mapping with upstream, source_job, backfill.")
+        unknown = sorted(set(data) - {"kind", "upstream", "source_job", "backfill"})
+        missing = sorted({"upstream", "source_job", "backfill"} - set(data))
+        if unknown or missing:
+            raise BackfillConfigError(
+                f"{origin}: unknown sections {unknown} / missing sections {missing}; "
+                "a Kafka job has exactly upstream, source_job and backfill."
+            )
+        try:
+            upstream = KafkaTopic(**data["upstream"])
+            source_job = KafkaSourceJob(upstream=upstream, **data["source_job"])
+            backfill = KafkaBackfillJob(upstream=upstream, source_table=source_job.table, **data["backfill"])
+        except TypeError as error:
+            raise BackfillConfigError(f"{origin}: {error}; see the Kafka section of the README for the fields.") from None
+        except BackfillConfigError as error:
+            raise BackfillConfigError(f"{origin}: {error}") from None
+        return cls(source_job, backfill)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The inverse of `from_mapping` (operators pass the job to spark-submit as JSON)."""
+        upstream = self.source_job.upstream
+        return {
+            "kind": "kafka",
+            "upstream": {"bootstrap_servers": upstream.bootstrap_servers, "topic": upstream.topic,
+                         "value_schema": upstream.value_schema},
+            "source_job": {"name": self.source_job.name, "table": self.source_job.table,
+                           "parallelism": self.source_job.parallelism,
+                           "max_records_per_round": self.source_job.max_records_per_round},
+            "backfill": {"name": self.backfill.name, "query": self.backfill.query, "target": self.backfill.target,
+                         "backfill_parallelism": self.backfill.backfill_parallelism,
+                         "rate_limit": self.backfill.rate_limit,
+                         "max_records_per_round": self.backfill.max_records_per_round,
+                         "start": self.backfill.start},
+        }
+
+
+def load_kafka_pipeline(path: str) -> KafkaPipeline:
+    """Read a Kafka job file (YAML)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except FileNotFoundError:
+        raise BackfillConfigError(f"job file {path} does not exist; pass the path of a Kafka job file.") from None
+    return KafkaPipeline.from_mapping(data, origin=str(path))

@@ -1,0 +1,144 @@
+"""A single-node Kafka broker (KRaft mode) on 127.0.0.1, for tests, the demo and the benchmark.
+
+Runs Apache Kafka's own jars (fetched by scripts/fetch_jars.sh into jars/kafka-broker/lib)
+with the JDK, on free ports picked at start, with its logs in a folder the caller owns.
+Every wait is bounded; `stop()` ends only the process it started.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import logging
+import os
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from airflow_backfill.exceptions import BackfillConfigError
+
+log = logging.getLogger(__name__)
+
+BROKER_JARS_VARIABLE = "AIRFLOW_BACKFILL_KAFKA_BROKER_JARS"
+
+
+def default_broker_jars_dir() -> str:
+    """`jars/kafka-broker/lib` of the checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(root, "jars", "kafka-broker", "lib")
+
+
+def broker_classpath() -> str:
+    """The broker's classpath; a clear error when the install script has not fetched it."""
+    directory = os.environ.get(BROKER_JARS_VARIABLE, "").strip() or default_broker_jars_dir()
+    if not glob.glob(os.path.join(directory, "kafka_2.13-*.jar")):
+        raise BackfillConfigError(
+            f"no Kafka broker jars in {directory}: run scripts/install.sh (it fetches them with Maven "
+            f"from jars/kafka-broker/pom.xml), or set {BROKER_JARS_VARIABLE} to a folder holding them."
+        )
+    return os.path.join(directory, "*")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now on 127.0.0.1."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _server_properties(log_dirs: str, port: int, controller_port: int) -> str:
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={log_dirs}",
+        "num.partitions=1",
+        "auto.create.topics.enable=false",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=1",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "",
+    ])
+
+
+@dataclass
+class LoopbackBroker:
+    """One broker process; `bootstrap_servers` is what clients and Spark connect to."""
+
+    workdir: str
+    heap: str = "512m"
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90.0) -> LoopbackBroker:
+        """Format the KRaft storage, start the broker and wait (bounded) until it answers."""
+        classpath = broker_classpath()
+        os.makedirs(self.workdir, exist_ok=True)
+        self.port, controller_port = free_port(), free_port()
+        properties = os.path.join(self.workdir, "server.properties")
+        with open(properties, "w", encoding="utf-8") as handle:
+            handle.write(_server_properties(os.path.join(self.workdir, "data"), self.port, controller_port))
+        java = ["java", f"-Xmx{self.heap}", "-Xms128m", "-cp", classpath]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        subprocess.run(
+            [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", properties],
+            check=True, capture_output=True, timeout=timeout,
+        )
+        output = open(os.path.join(self.workdir, "broker.log"), "wb")  # noqa: SIM115 - the broker's lifetime
+        self.process = subprocess.Popen(
+            [*java, "-Dslf4j.internal.verbosity=WARN", "kafka.Kafka", properties],
+            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        output.close()
+        self._wait_ready(timeout)
+        log.info("kafka broker up on %s (pid %s)", self.bootstrap_servers, self.process.pid)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited with {self.process.returncode}; see {self.workdir}/broker.log")
+            try:
+                admin = KafkaAdminClient(
+                    bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000, reconnect_backoff_max_ms=500,
+                )
+                try:
+                    admin.list_topics()
+                    return
+                finally:
+                    admin.close()
+            except Exception as error:  # the broker is still starting
+                last_error = error
+                time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"the Kafka broker did not answer within {timeout:.0f}s: {last_error}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the broker this object started (SIGTERM, then SIGKILL after `timeout`)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=timeout)

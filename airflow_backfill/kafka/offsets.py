@@ -1,0 +1,52 @@
+"""A topic's partitions and their offset ranges, asked of the brokers (no Spark).
+
+Offsets here follow Kafka: `earliest` is the oldest offset the partition still holds,
+`end` the offset the next record will get, so the records present are `[earliest, end)`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from airflow_backfill.exceptions import UpstreamError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """The offsets a partition holds right now."""
+
+    earliest: int
+    end: int
+
+
+def topic_ranges(bootstrap_servers: str, topic: str, timeout: float = 30.0) -> dict[int, PartitionRange]:
+    """Every partition of `topic` with its `[earliest, end)` range; a clear error when the topic is missing."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    try:
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap_servers.split(","),
+            enable_auto_commit=False,
+            request_timeout_ms=int(timeout * 1000),
+            reconnect_backoff_max_ms=1000,
+        )
+    except KafkaError as error:
+        raise UpstreamError(
+            f"cannot reach the Kafka brokers {bootstrap_servers} ({error}); check bootstrap_servers and that the brokers run."
+        ) from None
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise UpstreamError(
+                f"Kafka topic {topic!r} does not exist on {bootstrap_servers}; create it or fix `topic` in the job."
+            )
+        parts = [TopicPartition(topic, p) for p in sorted(partitions)]
+        earliest = consumer.beginning_offsets(parts)
+        end = consumer.end_offsets(parts)
+    finally:
+        consumer.close()
+    return {tp.partition: PartitionRange(int(earliest[tp]), int(end[tp])) for tp in parts}
