@@ -14,7 +14,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from spark_jobs.common import job_arguments, log, resolve_job, resolve_parallelism, run_phase
+from airflow_backfill.spark_jobs.common import job_arguments, log, resolve_job, resolve_parallelism, run_phase
 
 
 @dataclass(frozen=True)

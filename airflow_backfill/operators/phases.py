@@ -23,14 +23,13 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.overrides import job_overrides, validate_overrides
-from airflow_backfill.process import stop_driver
 
 
 def entry_point(phase: str) -> str:
-    """Path of `spark_jobs/<phase>.py` in the installed package (what spark-submit runs)."""
-    spec = importlib.util.find_spec(f"spark_jobs.{phase}")
+    """Path of the phase's entry point, `airflow_backfill.spark_jobs.<phase>` (what spark-submit runs)."""
+    spec = importlib.util.find_spec(f"airflow_backfill.spark_jobs.{phase}")
     if spec is None or spec.origin is None:
-        raise RuntimeError(f"spark_jobs.{phase} is not installed; reinstall airflow-backfill.")
+        raise RuntimeError(f"airflow_backfill.spark_jobs.{phase} is not installed; reinstall airflow-backfill.")
     return spec.origin
 
 
@@ -204,6 +203,8 @@ class ForwardOperator(_PhaseOperator):
         The driver gets SIGTERM and `stop_timeout` seconds to commit and exit; only then
         is spark-submit killed the provider's way.
         """
+        from airflow_backfill.process import stop_driver
+
         submitted = getattr(self._hook, "_submit_sp", None) if self._hook else None
         if submitted is not None and submitted.poll() is None:
             self.log.info("stopping forward: SIGTERM to the driver, up to %.0f s to finish its commit",
