@@ -72,7 +72,7 @@ def backfill_task_group(
     forward_idle_timeout: float | str | None = None,
     sensor_timeout: float = 3600.0,
     spark_conf: Mapping[str, str] | None = None,
-    deferrable: bool = True,
+    deferrable: bool | None = None,
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
@@ -81,6 +81,8 @@ def backfill_task_group(
         (templated; unset: forward runs until the task is stopped).
     :param sensor_timeout: seconds `wait_caught_up` waits before failing.
     :param spark_conf: extra `--conf` settings for every spark-submit.
+    :param deferrable: whether `wait_caught_up` waits in the triggerer (default: the
+        `[operators] default_deferrable` setting).
     """
     job = as_job(job)
     group_id = group_id or job.name
@@ -102,7 +104,8 @@ def backfill_task_group(
             task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
         )
         wait = CaughtUpSensor(
-            task_id="wait_caught_up", job=job, deferrable=deferrable, timeout=sensor_timeout,
+            task_id="wait_caught_up", job=job, timeout=sensor_timeout,
+            **({} if deferrable is None else {"deferrable": deferrable}),
             reference_version=f"{{{{ ti.xcom_pull(task_ids='{prefix}catch_up', key='handover_version') }}}}",
         )
         forward = ForwardOperator(

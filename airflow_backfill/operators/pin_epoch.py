@@ -16,9 +16,6 @@ from typing import Any
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
-from airflow_backfill.engine.query import plan_query
-from airflow_backfill.engine.retention import margin_warnings, retention_warnings
-from airflow_backfill.engine.snapshot_progress import load_progress
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -50,6 +47,11 @@ class PinEpochOperator(BaseBranchOperator):
         self.forward_task_id = forward_task_id
 
     def choose_branch(self, context: Any) -> list[str]:
+        # sqlglot and delta-rs load when the task runs, not when the DAG file is parsed.
+        from airflow_backfill.engine.query import plan_query
+        from airflow_backfill.engine.retention import margin_warnings, retention_warnings
+        from airflow_backfill.engine.snapshot_progress import load_progress
+
         dag_run = context.get("dag_run")
         overrides = validate_overrides(getattr(dag_run, "conf", None) or {})
         job = self.job.with_overrides(**job_overrides(overrides))
