@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.overrides import job_overrides, validate_overrides
@@ -59,6 +61,7 @@ class _PhaseOperator(SparkSubmitOperator):
         kwargs.setdefault("name", f"airflow_backfill-{self.job.name}-{self.phase}")
         kwargs.setdefault("env_vars", {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
         super().__init__(application=entry_point(self.phase), conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
         self.parallelism = parallelism
 
     def effective_job(self, context: Any) -> tuple[BackfillJob, dict[str, Any]]:
@@ -83,7 +86,7 @@ class _PhaseOperator(SparkSubmitOperator):
         runs); locally the phase itself starts `local[N]`, so `spark.master` is left to
         the connection.
         """
-        master = self._get_hook()._connection["master"]
+        master = spark_master(self.spark_conn_id)
         conf = self.conf or {}
         executor_cores = conf.get("spark.executor.cores")
         settings = spark_conf_for(
@@ -108,7 +111,6 @@ class _PhaseOperator(SparkSubmitOperator):
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
-        self._hook = None  # built from the arguments above
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
                       self.phase, job.name, parallelism, job.source, job.target)
         super().execute(context)
@@ -170,13 +172,24 @@ class LogStoreCatchUpOperator(_PhaseOperator):
         context["ti"].xcom_push(key="handover_version", value=handover)
 
 
+DEFAULT_STOP_TIMEOUT = 4.0
+"""Seconds forward gets to finish or abandon its commit once stopped. Airflow 3.3's task
+supervisor sends SIGTERM to the task's whole process group (the task, spark-submit's JVM
+and the Python driver) and SIGKILL 5 seconds later: the stop must fit inside that."""
+
+
 class ForwardOperator(_PhaseOperator):
     """Phase 3: keep applying new upstream epochs at the normal parallelism.
 
-    Runs until stopped (SIGTERM finishes the current commit), or until the bounds:
+    Runs until stopped, or until the bounds:
     :param max_epochs: stop once the watermark moved this many epochs (templated).
     :param idle_timeout: stop after this many seconds without a new epoch (templated).
-    `dag_run.conf` keys `forward_max_epochs` / `forward_idle_timeout` override both.
+    :param stop_timeout: seconds the driver gets, once the task is stopped or marked
+        failed, to finish its commit; after that it exits and abandons the commit in
+        flight (default 4: Airflow kills the task's process group 5 s after SIGTERM).
+        Either way the MV stays exact: a Delta commit is atomic, so the MV is at its
+        last committed watermark and the next run continues from there.
+    `dag_run.conf` keys `forward_max_epochs` / `forward_idle_timeout` override both bounds.
     """
 
     phase = "forward"
@@ -189,7 +202,7 @@ class ForwardOperator(_PhaseOperator):
         *,
         max_epochs: int | str | None = None,
         idle_timeout: float | str | None = None,
-        stop_timeout: float = 120.0,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -198,25 +211,25 @@ class ForwardOperator(_PhaseOperator):
         self.stop_timeout = stop_timeout
 
     def on_kill(self) -> None:
-        """Marking the task failed or stopping it lets the current commit finish first.
+        """Ask the driver to stop between commits, then let the provider end spark-submit.
 
-        The driver gets SIGTERM and `stop_timeout` seconds to commit and exit; only then
-        is spark-submit killed the provider's way.
+        The driver (spark_jobs/forward.py, a descendant of this task's process) gets
+        SIGTERM and `stop_timeout` seconds; it exits by itself at that deadline too
+        (`--stop-grace`), so a commit that cannot finish in time is abandoned, not torn.
         """
-        from airflow_backfill.process import stop_driver
+        from airflow_backfill.process import stop_drivers
 
-        submitted = getattr(self._hook, "_submit_sp", None) if self._hook else None
-        if submitted is not None and submitted.poll() is None:
-            self.log.info("stopping forward: SIGTERM to the driver, up to %.0f s to finish its commit",
-                          self.stop_timeout)
-            if stop_driver(submitted.pid, "forward.py", self.stop_timeout):
-                return
+        self.log.info("stopping forward: SIGTERM to the driver, up to %.1f s to finish its commit",
+                      self.stop_timeout)
+        if not stop_drivers(os.getpid(), "forward.py", self.stop_timeout):
+            self.log.warning("forward did not stop within %.1f s; its commit in flight is abandoned "
+                             "(the MV stays at its last committed watermark)", self.stop_timeout)
         super().on_kill()
 
     def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
         max_epochs = overrides.get("forward_max_epochs", _optional(self.max_epochs, int))
         idle_timeout = overrides.get("forward_idle_timeout", _optional(self.idle_timeout, float))
-        arguments = []
+        arguments = ["--stop-grace", str(self.stop_timeout)]
         if max_epochs is not None:
             arguments += ["--max-epochs", str(max_epochs)]
         if idle_timeout is not None:

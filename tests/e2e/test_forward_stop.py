@@ -1,0 +1,52 @@
+"""Stopping forward the way Airflow 3.3's task supervisor does: SIGTERM to the task's
+whole process group (spark-submit's JVM and the Python driver), SIGKILL 5 s later. The
+driver's stop grace ends it inside that window, and the MV stays exact at every commit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from deltalake import DeltaTable
+from test_crash_recovery import APP_ID, QUERY, live_upstream, run_phase  # noqa: F401 - fixture
+from test_spark_submit import spark_submit, write_job
+
+from oracle import assert_every_commit_matches
+
+pytestmark = pytest.mark.e2e
+
+AIRFLOW_KILL_ESCALATION = 5.0  # supervisor.kill(escalation_delay=5.0): SIGTERM, then SIGKILL
+
+
+def test_forward_stopped_like_airflow_stops_a_task(tmp_path, live_upstream):  # noqa: F811 - the fixture
+    tables = live_upstream
+    job = write_job(tmp_path, tables)
+    assert run_phase("snapshot", job).returncode == 0
+    forward = subprocess.Popen(spark_submit("forward", "--job", str(job), "--stop-grace", "3"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 120
+    while DeltaTable(tables["target"]).version() < 2:   # forward is committing
+        assert forward.poll() is None, forward.stderr.read()[-3000:] if forward.stderr else "forward died"
+        assert time.monotonic() < deadline, "forward made no commit in 120 s"
+        time.sleep(0.2)
+    os.killpg(forward.pid, signal.SIGTERM)
+    stopped = time.monotonic()
+    try:
+        forward.wait(timeout=AIRFLOW_KILL_ESCALATION)
+        in_time = True
+    except subprocess.TimeoutExpired:
+        os.killpg(forward.pid, signal.SIGKILL)
+        forward.wait(timeout=30)
+        in_time = False
+    assert in_time, f"forward was still running {time.monotonic() - stopped:.1f} s after SIGTERM"
+    assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
+
+    before = DeltaTable(tables["target"]).transaction_version(APP_ID)
+    rerun = run_phase("forward", job, None, "--max-epochs", "1", "--idle-timeout", "30")
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert DeltaTable(tables["target"]).transaction_version(APP_ID) > before
+    assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
