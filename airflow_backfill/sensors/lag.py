@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
-from airflow_backfill.triggers.lag import DEFAULT_POLL_INTERVAL, CaughtUpTrigger
+from airflow_backfill.triggers import DEFAULT_POLL_INTERVAL
 
 
 class CaughtUpSensor(BaseSensorOperator):
@@ -74,6 +74,8 @@ class CaughtUpSensor(BaseSensorOperator):
             return super().execute(context)
         if self.poke(context):
             return None
+        from airflow_backfill.triggers.lag import CaughtUpTrigger  # only where a task defers
+
         timeout = float(self.timeout)
         self.defer(
             trigger=CaughtUpTrigger(

@@ -18,9 +18,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_backfill.exceptions import BackfillError
 from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.triggers import DEFAULT_POLL_INTERVAL
 
-DEFAULT_POLL_INTERVAL = 10.0
-"""Seconds between two reads of the Delta logs: one triggerer serves many sensors."""
 MAX_TRANSIENT_FAILURES = 3
 """Consecutive failed reads (I/O errors, a log being rewritten) before the trigger gives up."""
 

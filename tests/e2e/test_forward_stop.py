@@ -11,9 +11,10 @@ import time
 
 import pytest
 from deltalake import DeltaTable
-from test_crash_recovery import APP_ID, QUERY, live_upstream, run_phase  # noqa: F401 - fixture
+from test_crash_recovery import APP_ID, QUERY, live_upstream  # noqa: F401 - fixture
 from test_spark_submit import spark_submit, write_job
 
+from airflow_backfill.engine.delta.jars import delta_spark_conf
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e
@@ -21,11 +22,22 @@ pytestmark = pytest.mark.e2e
 AIRFLOW_KILL_ESCALATION = 5.0  # supervisor.kill(escalation_delay=5.0): SIGTERM, then SIGKILL
 
 
+def submit(phase: str, *args: str) -> list[str]:
+    """spark-submit of a phase with the Delta jars on the driver's classpath, as the operators pass them."""
+    command = spark_submit(phase, *args)
+    conf = [part for key, value in delta_spark_conf().items() for part in ("--conf", f"{key}={value}")]
+    return [command[0], *conf, *command[1:]]
+
+
+def run_phase(phase: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(submit(phase, *args), capture_output=True, text=True, timeout=300)
+
+
 def test_forward_stopped_like_airflow_stops_a_task(tmp_path, live_upstream):  # noqa: F811 - the fixture
     tables = live_upstream
     job = write_job(tmp_path, tables)
-    assert run_phase("snapshot", job).returncode == 0
-    forward = subprocess.Popen(spark_submit("forward", "--job", str(job), "--stop-grace", "3"),
+    assert run_phase("snapshot", "--job", str(job)).returncode == 0
+    forward = subprocess.Popen(submit("forward", "--job", str(job), "--stop-grace", "3"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     deadline = time.monotonic() + 120
@@ -46,7 +58,7 @@ def test_forward_stopped_like_airflow_stops_a_task(tmp_path, live_upstream):  # 
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
     before = DeltaTable(tables["target"]).transaction_version(APP_ID)
-    rerun = run_phase("forward", job, None, "--max-epochs", "1", "--idle-timeout", "30")
+    rerun = run_phase("forward", "--job", str(job), "--max-epochs", "1", "--idle-timeout", "30")
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert DeltaTable(tables["target"]).transaction_version(APP_ID) > before
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
