@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule
+from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -99,13 +99,13 @@ def backfill_task_group(
         )
         # The watermarks travel as XComArgs: typed values (an int, not its Jinja rendering)
         # and dependencies Airflow can see.
-        snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=pin.output["pinned_epoch"], **common)
+        snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=XComArg(pin, key="pinned_epoch"), **common)
         catch_up = LogStoreCatchUpOperator(
             task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
         )
         wait = CaughtUpSensor(
             task_id="wait_caught_up", job=job, timeout=sensor_timeout,
-            reference_version=catch_up.output["handover_version"],
+            reference_version=XComArg(catch_up, key="handover_version"),
             **({} if deferrable is None else {"deferrable": deferrable}),
         )
         forward = ForwardOperator(

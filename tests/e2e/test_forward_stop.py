@@ -56,4 +56,3 @@ def test_forward_stopped_like_airflow_stops_a_task(tmp_path, live_upstream):  # 
         in_time = False
     assert in_time, f"forward was still running {time.monotonic() - stopped:.1f} s after SIGTERM"
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
-
