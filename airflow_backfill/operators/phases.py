@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
@@ -132,8 +133,8 @@ class _PhaseOperator(SparkSubmitOperator):
 class SnapshotBackfillOperator(_PhaseOperator):
     """Phase 1: create the MV from the upstream as of a pinned epoch, at the backfill parallelism.
 
-    :param epoch: the upstream version to snapshot (templated; the DAG factory pulls the
-        `pinned_epoch` XCom of its pin task). Unset: the upstream's latest version.
+    :param epoch: the upstream version to snapshot (templated; the DAG factory passes the
+        `pinned_epoch` XComArg of its pin task). Unset: the upstream's latest version.
     :param chunk_bytes: target input bytes per resumable chunk (default 128 MiB).
     """
 
@@ -141,7 +142,7 @@ class SnapshotBackfillOperator(_PhaseOperator):
     xcom_key = "snapshot_epoch"
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "epoch")
 
-    def __init__(self, *, epoch: int | str | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, epoch: int | str | XComArg | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.epoch = epoch
         self.chunk_bytes = chunk_bytes
