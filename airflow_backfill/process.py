@@ -43,3 +43,16 @@ def stop_driver(pid: int, script: str, timeout: float) -> bool:
     except psutil.TimeoutExpired:
         return False
     return True
+
+
+def stop_drivers(parent_pid: int, script: str, timeout: float) -> bool:
+    """SIGTERM the Python driver(s) under `parent_pid` and wait for them; True when all
+    exited within `timeout` seconds (also when there was none)."""
+    drivers = python_drivers(parent_pid, script)
+    for driver in drivers:
+        try:
+            driver.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            continue
+    _, alive = psutil.wait_procs(drivers, timeout=timeout)
+    return not alive

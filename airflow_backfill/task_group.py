@@ -6,7 +6,7 @@
 operators/pin_epoch.py); catch-up and forward use the `none_failed_min_one_success`
 trigger rule so they still run when the phases before them were skipped. Every task
 that commits to the MV declares it as an Asset outlet, so a downstream job's DAG can be
-scheduled on it.
+scheduled on it, and the upstream as an inlet.
 
 An MV built on another MV in the same DAG starts once its upstream MV is caught up, not
 once that MV's forward ends (forward may run for as long as the job lives):
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule
+from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -31,16 +31,31 @@ from airflow_backfill.operators.phases import (
     LogStoreCatchUpOperator,
     MaintainMvOperator,
     SnapshotBackfillOperator,
+    VerifyOperator,
 )
 from airflow_backfill.operators.pin_epoch import PinEpochOperator
 from airflow_backfill.sensors.lag import CaughtUpSensor
 
 
+def delta_table_asset(location: str) -> Asset:
+    """A Delta table as an Airflow Asset, named by its URI (`file://<path>` for a path).
+
+    Airflow keeps asset names and URIs each unique: naming the asset by its URI makes a
+    table one asset whether a task writes it (an MV) or reads it (an upstream, which may
+    be another job's MV in the same deployment).
+    """
+    uri = location if "://" in location else f"file://{location}"
+    return Asset(name=uri, uri=uri)
+
+
 def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
     """The MV as an Airflow Asset (`file://<target>`), for outlets and downstream schedules."""
-    job = as_job(job)
-    uri = job.target if "://" in job.target else f"file://{job.target}"
-    return Asset(name=f"airflow_backfill/{job.name}", uri=uri)
+    return delta_table_asset(as_job(job).target)
+
+
+def upstream_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
+    """The job's upstream as an Airflow Asset (`file://<source>`), the phases' inlet."""
+    return delta_table_asset(as_job(job).source)
 
 
 FORWARD_BOUNDS_FROM_PARAMS: dict[str, str] = {
@@ -73,16 +88,22 @@ def backfill_task_group(
     forward_idle_timeout: float | str | None = None,
     sensor_timeout: float = 3600.0,
     spark_conf: Mapping[str, str] | None = None,
-    deferrable: bool = True,
+    deferrable: bool | None = None,
+    verify: bool = False,
     maintenance: bool = False,
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
-    :param group_id: defaults to the job's name.
+    :param group_id: defaults to the job's name; also the `dag_run.conf` key of this
+        group's own overrides (`--conf '{"<group id>": {"backfill_parallelism": 4}}'`).
     :param forward_max_epochs, forward_idle_timeout: bounds of the forward task
         (templated; unset: forward runs until the task is stopped).
     :param sensor_timeout: seconds `wait_caught_up` waits before failing.
     :param spark_conf: extra `--conf` settings for every spark-submit.
+    :param deferrable: whether `wait_caught_up` waits in the triggerer (default: the
+        `[operators] default_deferrable` setting).
+    :param verify: add a `verify` task after `wait_caught_up` that recomputes the query
+        at the MV's watermark and fails when the MV differs (see `airflow-backfill verify`).
     :param maintenance: add a `maintain` task between catch-up and the wait (compaction,
         key clustering, deletion-vector purge; it needs the MV's writer lock, which
         forward holds for as long as it runs).
@@ -90,25 +111,26 @@ def backfill_task_group(
     job = as_job(job)
     group_id = group_id or job.name
     asset = mv_asset(job)
-    common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}), "outlets": [asset]}
+    common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}),
+                              "inlets": [upstream_asset(job)], "outlets": [asset]}
     with TaskGroup(group_id=group_id, tooltip=f"{job.source} -> {job.target}") as group:
         prefix = f"{group.group_id}."
+        common["conf_key"] = group.group_id
         pin = PinEpochOperator(
-            task_id="pin_epoch", job=job, trigger_rule=TriggerRule.NONE_FAILED,
+            task_id="pin_epoch", job=job, trigger_rule=TriggerRule.NONE_FAILED, conf_key=group.group_id,
             snapshot_task_id=prefix + "snapshot", catch_up_task_id=prefix + "catch_up",
             forward_task_id=prefix + "forward",
         )
-        snapshot = SnapshotBackfillOperator(
-            task_id="snapshot",
-            epoch=f"{{{{ ti.xcom_pull(task_ids='{prefix}pin_epoch', key='pinned_epoch') }}}}",
-            **common,
-        )
+        # The watermarks travel as XComArgs: typed values (an int, not its Jinja rendering)
+        # and dependencies Airflow can see.
+        snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=XComArg(pin, key="pinned_epoch"), **common)
         catch_up = LogStoreCatchUpOperator(
             task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
         )
         wait = CaughtUpSensor(
-            task_id="wait_caught_up", job=job, deferrable=deferrable, timeout=sensor_timeout,
-            reference_version=f"{{{{ ti.xcom_pull(task_ids='{prefix}catch_up', key='handover_version') }}}}",
+            task_id="wait_caught_up", job=job, timeout=sensor_timeout,
+            reference_version=XComArg(catch_up, key="handover_version"),
+            **({} if deferrable is None else {"deferrable": deferrable}),
         )
         forward = ForwardOperator(
             task_id="forward", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
@@ -122,6 +144,9 @@ def backfill_task_group(
         else:
             pin >> snapshot >> catch_up >> wait >> forward
         pin >> [catch_up, forward]
+        if verify:
+            checks = {key: value for key, value in common.items() if key != "outlets"}  # reads only
+            wait >> VerifyOperator(task_id="verify", **checks)
     return group
 
 

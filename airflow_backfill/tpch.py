@@ -1,6 +1,6 @@
 """TPC-H `orders` and `lineitem` as live upstream Delta tables, for tests and benchmarks.
 
-The initial load comes from `tpchgen-cli` (a pinned dependency, run locally into a
+The initial load comes from `tpchgen-cli` (the package's `demo` extra, run locally into a
 temporary folder: nothing is downloaded) and is written by delta-rs into two
 unpartitioned Delta tables with the Change Data Feed on, in one commit each, split into
 several files so that the snapshot phase has several files and chunks to work on.
@@ -121,8 +121,8 @@ def tpchgen_executable() -> str:
     found = beside if os.access(beside, os.X_OK) else shutil.which("tpchgen-cli")
     if not found:
         raise BackfillConfigError(
-            "tpchgen-cli is not installed; install the package's pinned dependencies "
-            "(pip install tpchgen-cli==4.0.0)."
+            "tpchgen-cli is not installed; install the package's demo extra "
+            "(pip install 'airflow-backfill[demo]', or scripts/install.sh in a checkout)."
         )
     return found
 

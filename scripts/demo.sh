@@ -2,8 +2,10 @@
 # The demo: a live `orders` upstream committing an epoch every second, a full backfill
 # through `airflow dags test example_orders_mv`, then the job's status and a check of the
 # MV against the query recomputed independently (DuckDB) at the MV's watermark.
+# Installs what is missing first (scripts/install.sh, quick when nothing is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install.sh
 source scripts/env.sh
 home="$AIRFLOW_BACKFILL_HOME"
 echo "== tables live in $home (AIRFLOW_BACKFILL_HOME); starting from scratch"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine: Java 17 for Spark (when missing), a .venv with the pinned
-# package and its test extras, and an Airflow home with an initialised SQLite database.
+# Sets up a machine, or does nothing when it already is: Java 17 for Spark (when missing),
+# a .venv with the package, its test, demo and openlineage extras at the tested versions
+# (constraints-3.11.txt), the Delta jars, and an Airflow home with an initialised SQLite
+# database. The demo and test scripts run it first, so it must stay fast when nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,13 +26,23 @@ if [ ! -x .venv/bin/python ]; then
   echo "== creating .venv with $PYTHON"
   "$PYTHON" -m venv .venv
 fi
-echo "== installing airflow-backfill with test extras"
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]'
+# The Python packages are reinstalled only when what decides them changed.
+stamp=.venv/.airflow_backfill-install
+want=$(cat setup.cfg setup.py pyproject.toml constraints-3.11.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "== .venv is up to date with setup.cfg and constraints-3.11.txt"
+else
+  echo "== installing airflow-backfill with its test, demo and openlineage extras (constraints-3.11.txt)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -c constraints-3.11.txt -e '.[test,demo,openlineage]'
+  echo "$want" >"$stamp"
+fi
 
 bash scripts/fetch_jars.sh
 
-echo "== initialising the Airflow home (.airflow, SQLite)"
 source scripts/env.sh
-.venv/bin/airflow db migrate >/dev/null
-echo "== done: run 'scripts/test.sh' for the tests, 'scripts/demo.sh' for the demo"
+if [ ! -f "$AIRFLOW_HOME/airflow.db" ] || [ "$stamp" -nt "$AIRFLOW_HOME/airflow.db" ]; then
+  echo "== initialising the Airflow home ($AIRFLOW_HOME, SQLite)"
+  .venv/bin/airflow db migrate >/dev/null
+fi
+echo "== ready: 'bash scripts/test.sh' runs the tests, 'bash scripts/demo.sh' the demo"

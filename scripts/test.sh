@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Lint, type-check and run the whole test suite (unit, Spark and end-to-end tests).
+# Installs what is missing (scripts/install.sh, quick when nothing is), then lints,
+# type-checks and runs the whole test suite (unit, Spark and end-to-end tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install.sh
 source scripts/env.sh
 echo "== ruff"
 ruff check airflow_backfill spark_jobs dags tests bench

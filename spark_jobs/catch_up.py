@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
+from airflow_backfill.spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

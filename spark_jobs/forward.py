@@ -1,20 +1,26 @@
 """spark-submit entry point of the forward phase.
 
     spark-submit spark_jobs/forward.py --job JOB.yaml [--parallelism N]
-        [--max-epochs N] [--idle-timeout SECONDS]
+        [--max-epochs N] [--idle-timeout SECONDS] [--stop-grace SECONDS]
 
 Runs until stopped: SIGTERM (or SIGINT) finishes the commit in progress and exits 0.
+With `--stop-grace S`, a commit that has not finished S seconds after the signal is
+abandoned: the process exits at once, and the MV stays at its last committed watermark
+(a Delta commit is atomic). Airflow kills a stopped task's process group 5 s after
+SIGTERM, so the forward task passes a grace below that.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import signal
 import sys
 import threading
 from dataclasses import dataclass
 
-from spark_jobs.common import job_arguments, log, resolve_job, resolve_parallelism, run_phase
+from airflow_backfill.spark_jobs.common import job_arguments, log, resolve_job, resolve_parallelism, run_phase
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,7 @@ class ForwardArgs:
     job: argparse.Namespace
     max_epochs: int | None
     idle_timeout: float | None
+    stop_grace: float | None = None
 
 
 def parse_args(argv: list[str] | None = None) -> ForwardArgs:
@@ -29,19 +36,44 @@ def parse_args(argv: list[str] | None = None) -> ForwardArgs:
     job_arguments(parser)
     parser.add_argument("--max-epochs", type=int, help="stop after the watermark moved N epochs")
     parser.add_argument("--idle-timeout", type=float, help="stop after S seconds without new epochs")
+    parser.add_argument("--stop-grace", type=float,
+                        help="once stopped, abandon a commit that has not finished after S seconds")
     args = parser.parse_args(argv)
     if args.max_epochs is not None and args.max_epochs < 1:
         parser.error("--max-epochs must be a positive integer")
     if args.idle_timeout is not None and args.idle_timeout <= 0:
         parser.error("--idle-timeout must be a positive number of seconds")
-    return ForwardArgs(job=args, max_epochs=args.max_epochs, idle_timeout=args.idle_timeout)
+    if args.stop_grace is not None and args.stop_grace <= 0:
+        parser.error("--stop-grace must be a positive number of seconds")
+    return ForwardArgs(job=args, max_epochs=args.max_epochs, idle_timeout=args.idle_timeout,
+                       stop_grace=args.stop_grace)
 
 
-def install_stop_handlers(stop: threading.Event) -> None:
-    """SIGTERM/SIGINT request a stop that takes effect between commits."""
+ABANDONED_EXIT_CODE = 3
+"""Exit status when the stop grace ran out with a commit in flight (nothing was lost)."""
+
+
+def abandon_after(grace: float) -> threading.Timer:
+    """A timer that ends the process once `grace` seconds passed since the stop request."""
+
+    def abandon() -> None:
+        log.warning("forward: the commit in flight did not finish within the %.1f s stop grace; "
+                    "abandoning it (the MV stays at its last committed watermark)", grace)
+        logging.shutdown()
+        os._exit(ABANDONED_EXIT_CODE)
+
+    timer = threading.Timer(grace, abandon)
+    timer.daemon = True
+    return timer
+
+
+def install_stop_handlers(stop: threading.Event, grace: float | None = None) -> None:
+    """SIGTERM/SIGINT request a stop that takes effect between commits (within `grace` s)."""
 
     def request_stop(signum: int, _frame: object) -> None:
         log.info("forward: received signal %s, stopping after the current commit", signum)
+        if grace is not None and not stop.is_set():
+            abandon_after(grace).start()
         stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)
@@ -51,7 +83,7 @@ def install_stop_handlers(stop: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stop = threading.Event()
-    install_stop_handlers(stop)
+    install_stop_handlers(stop, args.stop_grace)
 
     def body() -> int:
         from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward

@@ -13,8 +13,8 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from spark_jobs.common import run_phase
-from spark_jobs.kafka_common import pipeline_arguments, resolve_pipeline
+from airflow_backfill.spark_jobs.common import run_phase
+from airflow_backfill.spark_jobs.kafka_common import pipeline_arguments, resolve_pipeline
 
 
 @dataclass(frozen=True)

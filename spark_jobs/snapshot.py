@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from airflow_backfill.engine.phases.snapshot_chunks import DEFAULT_CHUNK_BYTES
-from spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
+from airflow_backfill.spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
 
 
 @dataclass(frozen=True)

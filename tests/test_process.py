@@ -61,3 +61,32 @@ def test_a_gone_process_counts_as_stopped():
     finished = subprocess.Popen([sys.executable, "-c", "pass"])
     finished.wait()
     assert stop_driver(finished.pid, "forward.py", timeout=1)
+
+
+def test_stop_drivers_finds_the_driver_under_a_parent_and_waits_for_it(tmp_path):
+    from airflow_backfill.process import stop_drivers
+
+    process = start_launcher(tmp_path)
+    assert stop_drivers(process.pid, "forward.py", timeout=10)
+    assert process.wait(timeout=5) == 0
+
+
+STUCK_COMMIT = """
+import os, signal, sys, threading, time
+sys.path.insert(0, {root!r})
+from airflow_backfill.spark_jobs.forward import install_stop_handlers
+stop = threading.Event()
+install_stop_handlers(stop, grace={grace})
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(60)   # a commit that does not finish
+"""
+
+
+def test_a_commit_stuck_past_the_stop_grace_is_abandoned(tmp_path):
+    root = str(Path(__file__).resolve().parents[1])
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", STUCK_COMMIT.format(root=root, grace=0.5)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - started < 10
+    assert "abandoning it" in done.stderr

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from airflow.sdk import BaseHook
 
-from airflow_backfill.engine.delta.log import check_upstream, latest_version, read_watermark
+# delta-rs and pyarrow are imported by the methods that read a log, not here: DAG files
+# import this module through the operators, and every parse would pay for them.
 
 
 @dataclass(frozen=True)
@@ -42,13 +43,20 @@ class DeltaBackfillHook(BaseHook):
 
     def check_upstream(self, version: int | None = None) -> int:
         """Validate the upstream (exists, Change Data Feed on, readable) and return its version."""
+        from airflow_backfill.engine.delta.log import check_upstream
+
         return check_upstream(self.source, version).version
 
     def upstream_version(self) -> int:
+        """The upstream's latest committed version (its newest epoch)."""
+        from airflow_backfill.engine.delta.log import latest_version
+
         return latest_version(self.source)
 
     def watermark(self) -> int | None:
         """The upstream epoch the MV reflects, from its app transaction; None before the snapshot."""
+        from airflow_backfill.engine.delta.log import read_watermark
+
         return read_watermark(self.target, self.app_id)
 
     def lag(self, reference_version: int | None = None) -> Lag:

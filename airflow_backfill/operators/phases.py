@@ -11,27 +11,29 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
-from airflow_backfill.overrides import job_overrides, validate_overrides
-from airflow_backfill.process import stop_driver
+from airflow_backfill.overrides import group_overrides, job_overrides
 
 
 def entry_point(phase: str) -> str:
-    """Path of `spark_jobs/<phase>.py` in the installed package (what spark-submit runs)."""
-    spec = importlib.util.find_spec(f"spark_jobs.{phase}")
+    """Path of the phase's entry point, `airflow_backfill.spark_jobs.<phase>` (what spark-submit runs)."""
+    spec = importlib.util.find_spec(f"airflow_backfill.spark_jobs.{phase}")
     if spec is None or spec.origin is None:
-        raise RuntimeError(f"spark_jobs.{phase} is not installed; reinstall airflow-backfill.")
+        raise RuntimeError(f"airflow_backfill.spark_jobs.{phase} is not installed; reinstall airflow-backfill.")
     return spec.origin
 
 
@@ -43,7 +45,11 @@ def _optional(value: Any, convert: type) -> Any:
 
 
 class _PhaseOperator(SparkSubmitOperator):
-    """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom."""
+    """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom.
+
+    :param conf_key: the `dag_run.conf` key of this job's own overrides (default: the
+        job's name; the task group factory passes its group id).
+    """
 
     phase: str = ""
     xcom_key: str = ""
@@ -56,18 +62,21 @@ class _PhaseOperator(SparkSubmitOperator):
         job: BackfillJob | Mapping[str, Any] | str,
         parallelism: int | None = None,
         conn_id: str = "spark_default",
+        conf_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.job = as_job(job)
+        self.conf_key = conf_key or self.job.name
         kwargs.setdefault("name", f"airflow_backfill-{self.job.name}-{self.phase}")
         kwargs.setdefault("env_vars", {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
         super().__init__(application=entry_point(self.phase), conn_id=conn_id, **kwargs)
+        self.spark_conn_id = conn_id
         self.parallelism = parallelism
 
     def effective_job(self, context: Any) -> tuple[BackfillJob, dict[str, Any]]:
-        """The job with this run's validated `dag_run.conf` overrides applied."""
+        """The job with this run's validated `dag_run.conf` overrides applied (see overrides.py)."""
         dag_run = context.get("dag_run")
-        overrides = validate_overrides(getattr(dag_run, "conf", None) or {})
+        overrides = group_overrides(getattr(dag_run, "conf", None) or {}, self.conf_key)
         return self.job.with_overrides(**job_overrides(overrides)), overrides
 
     def phase_parallelism(self, job: BackfillJob) -> int:
@@ -86,7 +95,7 @@ class _PhaseOperator(SparkSubmitOperator):
         runs); locally the phase itself starts `local[N]`, so `spark.master` is left to
         the connection.
         """
-        master = self._get_hook()._connection["master"]
+        master = spark_master(self.spark_conn_id)
         conf = self.conf or {}
         executor_cores = conf.get("spark.executor.cores")
         settings = spark_conf_for(
@@ -112,14 +121,29 @@ class _PhaseOperator(SparkSubmitOperator):
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
-        self._hook = None  # built from the arguments above
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
                       self.phase, job.name, parallelism, job.source, job.target)
         super().execute(context)
         watermark = DeltaBackfillHook(job.source, job.target, job.app_id).watermark()
+        self.committed_watermark = watermark
         self.log.info("%s done: the MV's committed watermark is %s", self.phase, watermark)
-        context["ti"].xcom_push(key=self.xcom_key, value=watermark)
+        if self.xcom_key:
+            context["ti"].xcom_push(key=self.xcom_key, value=watermark)
+        self.annotate_asset_events(context, job, watermark)
         self.after_commit(context, watermark)
+
+    def annotate_asset_events(self, context: Any, job: BackfillJob, watermark: int | None) -> None:
+        """Put the watermark in the `extra` of each asset event this task emits, so a DAG
+        scheduled on the MV knows which upstream epoch the MV reflects."""
+        outlet_events = context.get("outlet_events")
+        if outlet_events is None:
+            return
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                outlet_events[outlet].extra = {
+                    "airflow_backfill.job": job.name, "airflow_backfill.phase": self.phase,
+                    "airflow_backfill.watermark": watermark, "airflow_backfill.source": job.source,
+                }
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         """Extra XCom a phase publishes once its commit is read back."""
@@ -130,12 +154,22 @@ class _PhaseOperator(SparkSubmitOperator):
             if isinstance(link, BackfillProgressLink):
                 context["ti"].xcom_push(key=link.xcom_key, value=link.get_link(self, ti_key=context["ti"]))
 
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (when its provider is installed): the upstream as input, the MV as
+        output with column lineage, and the committed watermark as a run facet."""
+        from airflow_backfill.lineage import phase_lineage
+
+        watermark = getattr(self, "committed_watermark", None)
+        if watermark is None:
+            watermark = DeltaBackfillHook(self.job.source, self.job.target, self.job.app_id).watermark()
+        return phase_lineage(self.job, self.phase, watermark)
+
 
 class SnapshotBackfillOperator(_PhaseOperator):
     """Phase 1: create the MV from the upstream as of a pinned epoch, at the backfill parallelism.
 
-    :param epoch: the upstream version to snapshot (templated; the DAG factory pulls the
-        `pinned_epoch` XCom of its pin task). Unset: the upstream's latest version.
+    :param epoch: the upstream version to snapshot (templated; the DAG factory passes the
+        `pinned_epoch` XComArg of its pin task). Unset: the upstream's latest version.
     :param chunk_bytes: target input bytes per resumable chunk (default 128 MiB).
     """
 
@@ -143,7 +177,7 @@ class SnapshotBackfillOperator(_PhaseOperator):
     xcom_key = "snapshot_epoch"
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "epoch")
 
-    def __init__(self, *, epoch: int | str | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, epoch: int | str | XComArg | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.epoch = epoch
         self.chunk_bytes = chunk_bytes
@@ -198,13 +232,24 @@ class MaintainMvOperator(_PhaseOperator):
         return ["--vacuum"] if self.vacuum else []
 
 
+DEFAULT_STOP_TIMEOUT = 4.0
+"""Seconds forward gets to finish or abandon its commit once stopped. Airflow 3.3's task
+supervisor sends SIGTERM to the task's whole process group (the task, spark-submit's JVM
+and the Python driver) and SIGKILL 5 seconds later: the stop must fit inside that."""
+
+
 class ForwardOperator(_PhaseOperator):
     """Phase 3: keep applying new upstream epochs at the normal parallelism.
 
-    Runs until stopped (SIGTERM finishes the current commit), or until the bounds:
+    Runs until stopped, or until the bounds:
     :param max_epochs: stop once the watermark moved this many epochs (templated).
     :param idle_timeout: stop after this many seconds without a new epoch (templated).
-    `dag_run.conf` keys `forward_max_epochs` / `forward_idle_timeout` override both.
+    :param stop_timeout: seconds the driver gets, once the task is stopped or marked
+        failed, to finish its commit; after that it exits and abandons the commit in
+        flight (default 4: Airflow kills the task's process group 5 s after SIGTERM).
+        Either way the MV stays exact: a Delta commit is atomic, so the MV is at its
+        last committed watermark and the next run continues from there.
+    `dag_run.conf` keys `forward_max_epochs` / `forward_idle_timeout` override both bounds.
     """
 
     phase = "forward"
@@ -217,7 +262,7 @@ class ForwardOperator(_PhaseOperator):
         *,
         max_epochs: int | str | None = None,
         idle_timeout: float | str | None = None,
-        stop_timeout: float = 120.0,
+        stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -226,25 +271,53 @@ class ForwardOperator(_PhaseOperator):
         self.stop_timeout = stop_timeout
 
     def on_kill(self) -> None:
-        """Marking the task failed or stopping it lets the current commit finish first.
+        """Ask the driver to stop between commits, then let the provider end spark-submit.
 
-        The driver gets SIGTERM and `stop_timeout` seconds to commit and exit; only then
-        is spark-submit killed the provider's way.
+        The driver (spark_jobs/forward.py, a descendant of this task's process) gets
+        SIGTERM and `stop_timeout` seconds; it exits by itself at that deadline too
+        (`--stop-grace`), so a commit that cannot finish in time is abandoned, not torn.
         """
-        submitted = getattr(self._hook, "_submit_sp", None) if self._hook else None
-        if submitted is not None and submitted.poll() is None:
-            self.log.info("stopping forward: SIGTERM to the driver, up to %.0f s to finish its commit",
-                          self.stop_timeout)
-            if stop_driver(submitted.pid, "forward.py", self.stop_timeout):
-                return
+        from airflow_backfill.process import stop_drivers
+
+        self.log.info("stopping forward: SIGTERM to the driver, up to %.1f s to finish its commit",
+                      self.stop_timeout)
+        if not stop_drivers(os.getpid(), "forward.py", self.stop_timeout):
+            self.log.warning("forward did not stop within %.1f s; its commit in flight is abandoned "
+                             "(the MV stays at its last committed watermark)", self.stop_timeout)
         super().on_kill()
 
     def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
         max_epochs = overrides.get("forward_max_epochs", _optional(self.max_epochs, int))
         idle_timeout = overrides.get("forward_idle_timeout", _optional(self.idle_timeout, float))
-        arguments = []
+        arguments = ["--stop-grace", str(self.stop_timeout)]
         if max_epochs is not None:
             arguments += ["--max-epochs", str(max_epochs)]
         if idle_timeout is not None:
             arguments += ["--idle-timeout", str(idle_timeout)]
         return arguments
+
+
+class VerifyOperator(_PhaseOperator):
+    """Optional check after catch-up: recompute the query with Spark on the upstream as of
+    the MV's watermark and compare it with the MV (`spark_jobs/verify.py`); the task fails
+    when they differ, and its log names the first differing keys.
+
+    :param key_ranges: hash ranges of the MV key compared by checksum (default 64).
+    """
+
+    phase = "verify"
+    xcom_key = ""
+    uses_backfill_parallelism = False
+
+    def __init__(self, *, key_ranges: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key_ranges = key_ranges
+
+    def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
+        return [] if self.key_ranges is None else ["--key-ranges", str(self.key_ranges)]
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """A verification reads the upstream and the MV and writes nothing."""
+        from airflow_backfill.lineage import verify_lineage
+
+        return verify_lineage(self.job)

@@ -113,3 +113,74 @@ def test_catch_up_hands_the_sensor_its_handover_version(job, submitted, converge
     LogStoreCatchUpOperator(task_id="catch_up", job=job).execute(context)
     # watermark 7 (the fake commit); a stalled catch-up hands over at its watermark
     assert context["ti"].pushed["handover_version"] == expected
+
+
+def test_a_missing_spark_connection_fails_before_spark_submit_naming_it(job, submitted, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    with pytest.raises(BackfillConfigError) as error:
+        SnapshotBackfillOperator(task_id="snapshot", job=job).execute(context_with())
+    message = str(error.value)
+    assert "'spark_default' does not exist" in message
+    assert "AIRFLOW_CONN_SPARK_DEFAULT='spark://local?deploy-mode=client'" in message
+    assert submitted == []
+
+
+def test_forward_passes_its_stop_grace_below_airflows_kill_escalation(job, submitted):
+    ForwardOperator(task_id="forward", job=job, stop_timeout=2.5).execute(context_with())
+    args = submitted[0]["args"]
+    assert args[args.index("--stop-grace") + 1] == "2.5"
+    default = ForwardOperator(task_id="forward2", job=job).stop_timeout
+    assert 0 < default < 5.0  # the supervisor's SIGTERM -> SIGKILL escalation delay
+
+
+def test_forward_on_kill_stops_its_driver_within_the_timeout(job, tmp_path):
+    """on_kill finds the driver among the task process's descendants and SIGTERMs it."""
+    import subprocess
+    import sys
+
+    driver = tmp_path / "forward.py"
+    driver.write_text("import signal, sys, time\n"
+                      "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+                      "print('running', flush=True)\n"
+                      "time.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline().strip() == "running"
+    ForwardOperator(task_id="forward", job=job, stop_timeout=10).on_kill()
+    assert process.wait(timeout=1) == 0
+
+
+def test_asset_events_carry_the_watermark(job, submitted):
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow_backfill.task_group import mv_asset
+
+    context = context_with()
+    context["outlet_events"] = defaultdict(SimpleNamespace)
+    asset = mv_asset(job)
+    LogStoreCatchUpOperator(task_id="catch_up", job=job, outlets=[asset]).execute(context)
+    assert context["outlet_events"][asset].extra == {
+        "airflow_backfill.job": "orders_mv", "airflow_backfill.phase": "catch_up",
+        "airflow_backfill.watermark": 7, "airflow_backfill.source": job.source,
+    }
+
+
+def test_verify_submits_its_entry_point_and_pushes_nothing(job, submitted):
+    from airflow_backfill.operators.phases import VerifyOperator
+
+    context = context_with({"orders_mv": {"parallelism": 2}})
+    VerifyOperator(task_id="verify", job=job, key_ranges=16).execute(context)
+    call = submitted[0]
+    assert os.path.basename(call["application"]) == "verify.py"
+    assert call["args"][call["args"].index("--key-ranges") + 1] == "16"
+    assert call["args"][call["args"].index("--parallelism") + 1] == "2"
+    assert context["ti"].pushed == {}
+
+
+def test_the_verify_entry_point_checks_its_arguments():
+    from airflow_backfill.spark_jobs.verify import parse_args
+
+    args = parse_args(["--job", "job.yaml", "--key-ranges", "8"])
+    assert (args.job, args.key_ranges, args.show) == ("job.yaml", 8, 5)
+    with pytest.raises(SystemExit):
+        parse_args(["--job", "job.yaml", "--key-ranges", "0"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pendulum
 import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, TaskGroup, TriggerRule
+from airflow.sdk import DAG, TaskGroup, TriggerRule, XComArg
 
 from airflow_backfill.get_provider_info import get_provider_info
 from airflow_backfill.job import BackfillJob, load_job
@@ -32,7 +32,11 @@ def test_group_wires_the_three_phases_with_skippable_routes(job):
     assert tasks["orders.catch_up"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert tasks["orders.forward"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert tasks["orders.pin_epoch"].trigger_rule == TriggerRule.NONE_FAILED
-    assert "orders.pin_epoch" in tasks["orders.snapshot"].epoch
+    epoch, reference = tasks["orders.snapshot"].epoch, tasks["orders.wait_caught_up"].reference_version
+    assert isinstance(epoch, XComArg) and isinstance(reference, XComArg)
+    assert (epoch.operator.task_id, epoch.key) == ("orders.pin_epoch", "pinned_epoch")
+    assert (reference.operator.task_id, reference.key) == ("orders.catch_up", "handover_version")
+    assert {tasks[t].conf_key for t in ("orders.pin_epoch", "orders.snapshot", "orders.forward")} == {"orders"}
     assert tasks["orders.forward"].max_epochs == 3
     for task_id in ("orders.snapshot", "orders.catch_up", "orders.forward"):
         assert tasks[task_id].outlets == [mv_asset(job)]
@@ -68,7 +72,20 @@ def test_an_mv_on_an_mv_starts_once_the_first_is_caught_up_not_after_its_forward
 
 def test_mv_asset_is_the_target_uri(job):
     asset = mv_asset(job)
-    assert asset.uri == f"file://{job.target}" and asset.name == "airflow_backfill/orders_mv"
+    assert asset.uri == f"file://{job.target}" and asset.name == asset.uri
+
+
+def test_the_upstream_is_an_inlet_and_one_asset_with_the_mv_that_produces_it(job, tmp_path):
+    """Airflow keeps asset names and URIs each unique: the first MV (an outlet) and the
+    same table as the second job's upstream (an inlet) must be the very same asset."""
+    downstream = BackfillJob(name="totals", source=job.target, target=str(tmp_path / "totals"),
+                             query="SELECT order_id, amount FROM source", primary_key=["order_id"])
+    with DAG("chain", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        first = backfill_task_group(job, group_id="orders")
+        caught_up(first) >> backfill_task_group(downstream, group_id="totals")
+    for task_id in ("totals.snapshot", "totals.catch_up", "totals.forward"):
+        assert dag.get_task(task_id).inlets == [mv_asset(job)]
+    assert dag.get_task("orders.snapshot").inlets[0].uri == f"file://{job.source}"
 
 
 def test_example_dags_import_without_errors(monkeypatch, tmp_path):
@@ -99,6 +116,7 @@ def test_example_dag_job_equals_the_yaml_job(monkeypatch, tmp_path):
 def test_provider_is_registered_under_the_distribution_name():
     info = get_provider_info()
     assert info["package-name"] == metadata("airflow-backfill")["Name"]
+    assert "hook-class-names" not in info  # deprecated in provider info; hooks are listed by module
     registered = [ep for ep in entry_points(group="apache_airflow_provider") if ep.value.startswith("airflow_backfill")]
     assert len(registered) == 1 and registered[0].load()() == info
 
@@ -110,3 +128,15 @@ def test_provider_modules_import(kind):
     for entry in get_provider_info()[kind]:
         for module in entry["python-modules"]:
             importlib.import_module(module)
+
+
+def test_an_optional_verify_task_checks_the_mv_after_it_caught_up(job):
+    with DAG("v", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        backfill_task_group(job, group_id="orders", verify=True)
+    verify = dag.get_task("orders.verify")
+    assert verify.upstream_task_ids == {"orders.wait_caught_up"}
+    assert Path(verify.application).name == "verify.py" and Path(verify.application).is_file()
+    assert verify.outlets == [] and verify.conf_key == "orders"
+    with DAG("plain", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as plain:
+        backfill_task_group(job, group_id="orders")
+    assert "orders.verify" not in plain.task_ids

@@ -1,14 +1,16 @@
-"""The lag trigger round-trips through serialization and fires from the Delta logs alone;
-the sensor checks before deferring."""
+"""The lag trigger round-trips through serialization, fires from the Delta logs alone and
+reports errors and an absolute deadline as events; the sensor checks before deferring,
+follows `default_deferrable` and raises Airflow's exceptions."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import time
 
 import pyarrow as pa
 import pytest
-from airflow.exceptions import TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, TaskDeferred
 from conftest import commit_upstream_versions, context_with
 from helpers_delta import write_mv_version
 
@@ -33,19 +35,22 @@ def trigger_for(job, **kwargs) -> CaughtUpTrigger:
 
 
 def test_trigger_serializes_to_a_rebuildable_path_and_kwargs(job):
-    trigger = trigger_for(job, reference_version=7, timeout=30.0)
+    trigger = trigger_for(job, reference_version=7, deadline=1_900_000_000.5)
     path, kwargs = trigger.serialize()
+    assert path == "airflow_backfill.triggers.lag.CaughtUpTrigger"
+    assert kwargs == {"source": job.source, "target": job.target, "app_id": job.app_id, "lag_threshold": 1,
+                      "poll_interval": 0.05, "reference_version": 7, "deadline": 1_900_000_000.5}
     module, _, name = path.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)
-    assert kwargs["reference_version"] == 7 and kwargs["target"] == job.target
 
 
 def test_trigger_fires_caught_up_within_the_threshold(job):
     commit_upstream_versions(job.source, 5)  # upstream version 4
     write_mv_version(job.target, MV_ROWS, job.app_id, watermark=3)
     event = first_event(trigger_for(job))
-    assert event == {"status": "caught_up", "watermark": 3, "upstream_version": 4, "pending_epochs": 1}
+    assert event.pop("message").startswith(f"MV {job.target} caught up")
+    assert event == {"status": "success", "watermark": 3, "upstream_version": 4, "pending_epochs": 1}
 
 
 def test_trigger_waits_for_the_mv_to_move(job):
@@ -62,21 +67,58 @@ def test_trigger_waits_for_the_mv_to_move(job):
         return event.payload
 
     payload = asyncio.run(scenario())
-    assert payload["status"] == "caught_up" and payload["watermark"] == 5
+    assert payload["status"] == "success" and payload["watermark"] == 5
 
 
 def test_trigger_times_out_with_the_lag_it_saw(job):
     commit_upstream_versions(job.source, 6)
     write_mv_version(job.target, MV_ROWS, job.app_id, watermark=0)
-    event = first_event(trigger_for(job, timeout=0.2))
+    event = first_event(trigger_for(job, deadline=time.time() + 0.2))
     assert event["status"] == "timeout" and event["pending_epochs"] == 5
+
+
+def test_a_rebuilt_trigger_keeps_the_original_deadline(job):
+    """A triggerer restart rebuilds the trigger from serialize(): a deadline already past
+    fires at the first poll instead of starting a new wait."""
+    commit_upstream_versions(job.source, 6)
+    write_mv_version(job.target, MV_ROWS, job.app_id, watermark=0)
+    _, kwargs = trigger_for(job, deadline=time.time() - 1).serialize()
+    started = time.monotonic()
+    event = first_event(CaughtUpTrigger(**kwargs))
+    assert event["status"] == "timeout" and time.monotonic() - started < 5
+
+
+def test_trigger_sends_an_error_event_when_the_upstream_is_missing(job):
+    event = first_event(trigger_for(job))
+    assert event["status"] == "error" and job.source in event["message"]
+
+
+def test_trigger_retries_a_transient_failure_then_reports_it(job, monkeypatch):
+    commit_upstream_versions(job.source, 3)
+    write_mv_version(job.target, MV_ROWS, job.app_id, watermark=2)
+    from airflow_backfill.hooks.delta import DeltaBackfillHook
+
+    real_lag, calls = DeltaBackfillHook.lag, []
+
+    def flaky(self, reference_version=None):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("log being rewritten")
+        return real_lag(self, reference_version)
+
+    monkeypatch.setattr(DeltaBackfillHook, "lag", flaky)
+    assert first_event(trigger_for(job))["status"] == "success" and len(calls) == 2
+
+    monkeypatch.setattr(DeltaBackfillHook, "lag", lambda self, reference_version=None: 1 / 0)
+    event = first_event(trigger_for(job))
+    assert event["status"] == "error" and "ZeroDivisionError" in event["message"]
 
 
 def test_trigger_counts_against_the_reference_version(job):
     commit_upstream_versions(job.source, 8)  # latest 7, MV at 3: 4 pending against latest
     write_mv_version(job.target, MV_ROWS, job.app_id, watermark=3)
     event = first_event(trigger_for(job, reference_version=4))
-    assert event["status"] == "caught_up" and event["pending_epochs"] == 1
+    assert event["status"] == "success" and event["pending_epochs"] == 1
 
 
 def test_sensor_returns_at_once_when_caught_up(job):
@@ -89,20 +131,44 @@ def test_sensor_returns_at_once_when_caught_up(job):
 def test_sensor_defers_to_the_trigger_when_behind(job):
     commit_upstream_versions(job.source, 6)
     write_mv_version(job.target, MV_ROWS, job.app_id, watermark=1)
-    sensor = CaughtUpSensor(task_id="wait", job=job, timeout=60)
+    sensor = CaughtUpSensor(task_id="wait", job=job, timeout=60, deferrable=True)
+    before = time.time()
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context_with())
     trigger = deferred.value.trigger
     assert isinstance(trigger, CaughtUpTrigger)
-    assert (trigger.target, trigger.lag_threshold, trigger.timeout) == (job.target, 1, 60.0)
+    assert (trigger.target, trigger.lag_threshold, trigger.poll_interval) == (job.target, 1, 10.0)
+    assert before + 60 <= trigger.deadline <= time.time() + 60
     assert deferred.value.method_name == "execute_complete"
+
+
+def test_sensor_follows_the_default_deferrable_setting(job, monkeypatch):
+    import airflow_backfill.sensors.lag as sensors
+
+    assert CaughtUpSensor(task_id="wait", job=job).deferrable is False  # Airflow's default
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+    reloaded = importlib.reload(sensors)
+    try:
+        assert reloaded.CaughtUpSensor(task_id="wait", job=job).deferrable is True
+    finally:
+        monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
+        importlib.reload(sensors)
 
 
 def test_sensor_fails_clearly_on_a_timeout_event(job):
     sensor = CaughtUpSensor(task_id="wait", job=job, timeout=5)
     event = {"status": "timeout", "watermark": 1, "upstream_version": 9, "pending_epochs": 8}
-    with pytest.raises(RuntimeError, match="did not catch up within 5 s: watermark 1, upstream 9, pending epochs 8 > 1"):
+    with pytest.raises(AirflowSensorTimeout,
+                       match="did not catch up within 5 s: watermark 1, upstream 9, pending epochs 8 > 1"):
         sensor.execute_complete(context_with(), event)
+
+
+def test_sensor_raises_the_error_event_message(job):
+    sensor = CaughtUpSensor(task_id="wait", job=job)
+    with pytest.raises(AirflowException, match="cannot read the lag of MV x: gone"):
+        sensor.execute_complete(context_with(), {"status": "error", "message": "cannot read the lag of MV x: gone"})
+    with pytest.raises(AirflowException, match="unexpected event"):
+        sensor.execute_complete(context_with(), {"status": "caught_up"})
 
 
 def test_sensor_without_mv_is_not_caught_up(job):
