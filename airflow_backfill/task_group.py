@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule
+from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
@@ -76,7 +76,8 @@ def backfill_task_group(
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
-    :param group_id: defaults to the job's name.
+    :param group_id: defaults to the job's name; also the `dag_run.conf` key of this
+        group's own overrides (`--conf '{"<group id>": {"backfill_parallelism": 4}}'`).
     :param forward_max_epochs, forward_idle_timeout: bounds of the forward task
         (templated; unset: forward runs until the task is stopped).
     :param sensor_timeout: seconds `wait_caught_up` waits before failing.
@@ -90,23 +91,22 @@ def backfill_task_group(
     common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}), "outlets": [asset]}
     with TaskGroup(group_id=group_id, tooltip=f"{job.source} -> {job.target}") as group:
         prefix = f"{group.group_id}."
+        common["conf_key"] = group.group_id
         pin = PinEpochOperator(
-            task_id="pin_epoch", job=job, trigger_rule=TriggerRule.NONE_FAILED,
+            task_id="pin_epoch", job=job, trigger_rule=TriggerRule.NONE_FAILED, conf_key=group.group_id,
             snapshot_task_id=prefix + "snapshot", catch_up_task_id=prefix + "catch_up",
             forward_task_id=prefix + "forward",
         )
-        snapshot = SnapshotBackfillOperator(
-            task_id="snapshot",
-            epoch=f"{{{{ ti.xcom_pull(task_ids='{prefix}pin_epoch', key='pinned_epoch') }}}}",
-            **common,
-        )
+        # The watermarks travel as XComArgs: typed values (an int, not its Jinja rendering)
+        # and dependencies Airflow can see.
+        snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=XComArg(pin, key="pinned_epoch"), **common)
         catch_up = LogStoreCatchUpOperator(
             task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
         )
         wait = CaughtUpSensor(
             task_id="wait_caught_up", job=job, timeout=sensor_timeout,
+            reference_version=XComArg(catch_up, key="handover_version"),
             **({} if deferrable is None else {"deferrable": deferrable}),
-            reference_version=f"{{{{ ti.xcom_pull(task_ids='{prefix}catch_up', key='handover_version') }}}}",
         )
         forward = ForwardOperator(
             task_id="forward", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,

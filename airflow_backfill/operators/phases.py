@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
@@ -24,7 +25,7 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
-from airflow_backfill.overrides import job_overrides, validate_overrides
+from airflow_backfill.overrides import group_overrides, job_overrides
 
 
 def entry_point(phase: str) -> str:
@@ -43,7 +44,11 @@ def _optional(value: Any, convert: type) -> Any:
 
 
 class _PhaseOperator(SparkSubmitOperator):
-    """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom."""
+    """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom.
+
+    :param conf_key: the `dag_run.conf` key of this job's own overrides (default: the
+        job's name; the task group factory passes its group id).
+    """
 
     phase: str = ""
     xcom_key: str = ""
@@ -55,9 +60,11 @@ class _PhaseOperator(SparkSubmitOperator):
         job: BackfillJob | Mapping[str, Any] | str,
         parallelism: int | None = None,
         conn_id: str = "spark_default",
+        conf_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.job = as_job(job)
+        self.conf_key = conf_key or self.job.name
         kwargs.setdefault("name", f"airflow_backfill-{self.job.name}-{self.phase}")
         kwargs.setdefault("env_vars", {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable})
         super().__init__(application=entry_point(self.phase), conn_id=conn_id, **kwargs)
@@ -65,9 +72,9 @@ class _PhaseOperator(SparkSubmitOperator):
         self.parallelism = parallelism
 
     def effective_job(self, context: Any) -> tuple[BackfillJob, dict[str, Any]]:
-        """The job with this run's validated `dag_run.conf` overrides applied."""
+        """The job with this run's validated `dag_run.conf` overrides applied (see overrides.py)."""
         dag_run = context.get("dag_run")
-        overrides = validate_overrides(getattr(dag_run, "conf", None) or {})
+        overrides = group_overrides(getattr(dag_run, "conf", None) or {}, self.conf_key)
         return self.job.with_overrides(**job_overrides(overrides)), overrides
 
     def phase_parallelism(self, job: BackfillJob) -> int:
@@ -126,8 +133,8 @@ class _PhaseOperator(SparkSubmitOperator):
 class SnapshotBackfillOperator(_PhaseOperator):
     """Phase 1: create the MV from the upstream as of a pinned epoch, at the backfill parallelism.
 
-    :param epoch: the upstream version to snapshot (templated; the DAG factory pulls the
-        `pinned_epoch` XCom of its pin task). Unset: the upstream's latest version.
+    :param epoch: the upstream version to snapshot (templated; the DAG factory passes the
+        `pinned_epoch` XComArg of its pin task). Unset: the upstream's latest version.
     :param chunk_bytes: target input bytes per resumable chunk (default 128 MiB).
     """
 
@@ -135,7 +142,7 @@ class SnapshotBackfillOperator(_PhaseOperator):
     xcom_key = "snapshot_epoch"
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "epoch")
 
-    def __init__(self, *, epoch: int | str | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, epoch: int | str | XComArg | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.epoch = epoch
         self.chunk_bytes = chunk_bytes

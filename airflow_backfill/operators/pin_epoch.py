@@ -19,7 +19,7 @@ from airflow.providers.standard.operators.branch import BaseBranchOperator
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
-from airflow_backfill.overrides import job_overrides, validate_overrides
+from airflow_backfill.overrides import group_overrides, job_overrides
 
 
 class PinEpochOperator(BaseBranchOperator):
@@ -27,6 +27,8 @@ class PinEpochOperator(BaseBranchOperator):
 
     :param job: the job (BackfillJob, mapping, or YAML path).
     :param snapshot_task_id, catch_up_task_id, forward_task_id: full ids of the phase tasks.
+    :param conf_key: the `dag_run.conf` key of this job's own overrides (default: the
+        job's name; the task group factory passes its group id).
     """
 
     ui_color = "#fdebd0"
@@ -38,10 +40,12 @@ class PinEpochOperator(BaseBranchOperator):
         snapshot_task_id: str,
         catch_up_task_id: str,
         forward_task_id: str,
+        conf_key: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job = as_job(job)
+        self.conf_key = conf_key or self.job.name
         self.snapshot_task_id = snapshot_task_id
         self.catch_up_task_id = catch_up_task_id
         self.forward_task_id = forward_task_id
@@ -53,7 +57,7 @@ class PinEpochOperator(BaseBranchOperator):
         from airflow_backfill.engine.snapshot_progress import load_progress
 
         dag_run = context.get("dag_run")
-        overrides = validate_overrides(getattr(dag_run, "conf", None) or {})
+        overrides = group_overrides(getattr(dag_run, "conf", None) or {}, self.conf_key)
         job = self.job.with_overrides(**job_overrides(overrides))
         if overrides:
             self.log.info("this run's overrides: %s", overrides)

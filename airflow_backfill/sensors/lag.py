@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.configuration import conf
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, XComArg
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_backfill.hooks.delta import DeltaBackfillHook
@@ -42,7 +42,7 @@ class CaughtUpSensor(BaseSensorOperator):
         self,
         *,
         job: BackfillJob | Mapping[str, Any] | str,
-        reference_version: int | str | None = None,
+        reference_version: int | str | XComArg | None = None,
         lag_threshold: int | None = None,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         trigger_poll_interval: float = DEFAULT_POLL_INTERVAL,

@@ -58,8 +58,8 @@ def test_the_conf_lag_threshold_changes_the_route(job):
 
 
 def test_invalid_conf_fails_before_reading_anything(job):
-    with pytest.raises(BackfillConfigError, match="unknown key"):
-        pin(job).choose_branch(context_with({"parallelism_backfill": 3}))
+    with pytest.raises(BackfillConfigError, match=r"unknown key\(s\) in dag_run.conf\['orders_mv'\]: parallelism_backfill"):
+        pin(job).choose_branch(context_with({"orders_mv": {"parallelism_backfill": 3}}))
     assert not os.path.exists(job.target)
 
 

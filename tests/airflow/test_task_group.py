@@ -8,7 +8,7 @@ from pathlib import Path
 import pendulum
 import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, TaskGroup, TriggerRule
+from airflow.sdk import DAG, TaskGroup, TriggerRule, XComArg
 
 from airflow_backfill.get_provider_info import get_provider_info
 from airflow_backfill.job import BackfillJob, load_job
@@ -32,7 +32,11 @@ def test_group_wires_the_three_phases_with_skippable_routes(job):
     assert tasks["orders.catch_up"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert tasks["orders.forward"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert tasks["orders.pin_epoch"].trigger_rule == TriggerRule.NONE_FAILED
-    assert "orders.pin_epoch" in tasks["orders.snapshot"].epoch
+    epoch, reference = tasks["orders.snapshot"].epoch, tasks["orders.wait_caught_up"].reference_version
+    assert isinstance(epoch, XComArg) and isinstance(reference, XComArg)
+    assert (epoch.operator.task_id, epoch.key) == ("orders.pin_epoch", "pinned_epoch")
+    assert (reference.operator.task_id, reference.key) == ("orders.catch_up", "handover_version")
+    assert {tasks[t].conf_key for t in ("orders.pin_epoch", "orders.snapshot", "orders.forward")} == {"orders"}
     assert tasks["orders.forward"].max_epochs == 3
     for task_id in ("orders.snapshot", "orders.catch_up", "orders.forward"):
         assert tasks[task_id].outlets == [mv_asset(job)]
