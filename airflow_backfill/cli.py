@@ -3,6 +3,7 @@
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
     airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|none] [--reset]
+    airflow-backfill verify --job FILE [--parallelism N] [--key-ranges N] [--show N]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
 that names the problem and the fix; logs and progress lines go to stderr, results to
@@ -151,6 +152,43 @@ def _run_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- verify -----------------------------------------------------------------------------
+
+EXIT_DIFFERENT = 1
+
+
+def _add_verify(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="recompute the query with Spark at the MV's watermark and compare it with the MV",
+        description="Read the MV's latest version and its watermark, recompute the query with Spark on "
+        "the upstream as of that epoch, and compare: row counts and per-key-range checksums, then the "
+        "first differing keys. Exit status 0 when equal, 1 when not, 2 on a usage error.",
+    )
+    parser.add_argument("--job", required=True, metavar="FILE", help="the job's YAML file")
+    parser.add_argument("--parallelism", type=_positive_int, help="Spark parallelism (default: the job's)")
+    parser.add_argument("--key-ranges", type=_positive_int, default=64,
+                        help="hash ranges of the MV key compared by checksum (default 64)")
+    parser.add_argument("--show", type=_positive_int, default=5, help="differing keys to print (default 5)")
+    parser.set_defaults(run=_run_verify)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from airflow_backfill.engine.spark_session import build_spark_session
+    from airflow_backfill.engine.verify import mv_version_and_watermark, verify_mv
+    from airflow_backfill.job import load_job
+
+    job = load_job(args.job)
+    mv_version_and_watermark(job)  # a missing MV is an error before a JVM starts
+    spark = build_spark_session(f"airflow_backfill:{job.name}:verify", args.parallelism or job.parallelism)
+    try:
+        report = verify_mv(spark, job, key_ranges=args.key_ranges, show=args.show)
+    finally:
+        spark.stop()
+    print("\n".join(report.lines()))
+    return EXIT_OK if report.equal else EXIT_DIFFERENT
+
+
 # ---- alter ------------------------------------------------------------------------------
 
 _NO_RATE_LIMIT = "none"
@@ -267,6 +305,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_simulate,
     _add_status,
     _add_alter,
+    _add_verify,
 )
 
 

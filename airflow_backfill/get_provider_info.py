@@ -18,7 +18,6 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Backfill and incrementally maintain a materialized view over a live "
         "Delta Lake table, in three Spark phases: snapshot, log-store catch-up, forward.",
         "versions": [__version__],
-        "hook-class-names": [],
         "integrations": [
             {
                 "integration-name": "Airflow Backfill",

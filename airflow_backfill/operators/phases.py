@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import XComArg
+from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
@@ -124,7 +124,21 @@ class _PhaseOperator(SparkSubmitOperator):
         watermark = DeltaBackfillHook(job.source, job.target, job.app_id).watermark()
         self.log.info("%s done: the MV's committed watermark is %s", self.phase, watermark)
         context["ti"].xcom_push(key=self.xcom_key, value=watermark)
+        self.annotate_asset_events(context, job, watermark)
         self.after_commit(context, watermark)
+
+    def annotate_asset_events(self, context: Any, job: BackfillJob, watermark: int | None) -> None:
+        """Put the watermark in the `extra` of each asset event this task emits, so a DAG
+        scheduled on the MV knows which upstream epoch the MV reflects."""
+        outlet_events = context.get("outlet_events")
+        if outlet_events is None:
+            return
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                outlet_events[outlet].extra = {
+                    "airflow_backfill.job": job.name, "airflow_backfill.phase": self.phase,
+                    "airflow_backfill.watermark": watermark, "airflow_backfill.source": job.source,
+                }
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         """Extra XCom a phase publishes once its commit is read back."""

@@ -145,3 +145,19 @@ def test_forward_on_kill_stops_its_driver_within_the_timeout(job, tmp_path):
     assert process.stdout is not None and process.stdout.readline().strip() == "running"
     ForwardOperator(task_id="forward", job=job, stop_timeout=10).on_kill()
     assert process.wait(timeout=1) == 0
+
+
+def test_asset_events_carry_the_watermark(job, submitted):
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow_backfill.task_group import mv_asset
+
+    context = context_with()
+    context["outlet_events"] = defaultdict(SimpleNamespace)
+    asset = mv_asset(job)
+    LogStoreCatchUpOperator(task_id="catch_up", job=job, outlets=[asset]).execute(context)
+    assert context["outlet_events"][asset].extra == {
+        "airflow_backfill.job": "orders_mv", "airflow_backfill.phase": "catch_up",
+        "airflow_backfill.watermark": 7, "airflow_backfill.source": job.source,
+    }
