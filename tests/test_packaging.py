@@ -75,29 +75,37 @@ def test_demo_tools_are_an_extra_not_a_runtime_dependency():
     assert "tpchgen-cli" in {canonical(r.name) for r in requirements("options.extras_require", "demo")}
 
 
-def third_party_imports() -> set[str]:
-    """Top-level modules imported anywhere in the package and its entry points."""
+OPTIONAL_MODULES = {"lineage.py": "openlineage"}
+"""Modules only imported when an extra is installed, and that extra."""
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """Top-level modules a file imports, besides the standard library and the package."""
     names = set()
-    for path in [*(ROOT / "airflow_backfill").rglob("*.py"), *(ROOT / "spark_jobs").glob("*.py")]:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names.add(node.module.split(".")[0])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
     return names - set(sys.stdlib_module_names) - {"__future__", "airflow_backfill"}
 
 
 def test_every_imported_distribution_is_declared():
-    declared = {canonical(r.name) for r in requirements("options", "install_requires")}
+    runtime = {canonical(r.name) for r in requirements("options", "install_requires")}
     providers = importlib.metadata.packages_distributions()
-    # airflow's `airflow` module is shared by apache-airflow and the distributions it pulls in
     undeclared = {}
-    for module in third_party_imports():
-        distributions = {canonical(name) for name in providers.get(module, [])}
-        assert distributions, f"{module} is imported but no installed distribution provides it"
-        if not distributions & declared:
-            undeclared[module] = sorted(distributions)
-    assert not undeclared, f"imported but not declared in setup.cfg install_requires: {undeclared}"
+    for path in [*(ROOT / "airflow_backfill").rglob("*.py"), *(ROOT / "spark_jobs").glob("*.py")]:
+        declared = set(runtime)
+        if path.name in OPTIONAL_MODULES:
+            extra = OPTIONAL_MODULES[path.name]
+            declared |= {canonical(r.name) for r in requirements("options.extras_require", extra)}
+        for module in third_party_imports(path):
+            # `airflow` is shared by apache-airflow and the distributions it pulls in
+            distributions = {canonical(name) for name in providers.get(module, [])}
+            assert distributions, f"{module} is imported but no installed distribution provides it"
+            if not distributions & declared:
+                undeclared[f"{path.name}: {module}"] = sorted(distributions)
+    assert not undeclared, f"imported but not declared in setup.cfg: {undeclared}"
 
 
 def test_spark_jobs_are_installed_inside_the_package_namespace(tmp_path):

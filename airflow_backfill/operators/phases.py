@@ -122,6 +122,7 @@ class _PhaseOperator(SparkSubmitOperator):
                       self.phase, job.name, parallelism, job.source, job.target)
         super().execute(context)
         watermark = DeltaBackfillHook(job.source, job.target, job.app_id).watermark()
+        self.committed_watermark = watermark
         self.log.info("%s done: the MV's committed watermark is %s", self.phase, watermark)
         context["ti"].xcom_push(key=self.xcom_key, value=watermark)
         self.annotate_asset_events(context, job, watermark)
@@ -142,6 +143,16 @@ class _PhaseOperator(SparkSubmitOperator):
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         """Extra XCom a phase publishes once its commit is read back."""
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage (when its provider is installed): the upstream as input, the MV as
+        output with column lineage, and the committed watermark as a run facet."""
+        from airflow_backfill.lineage import phase_lineage
+
+        watermark = getattr(self, "committed_watermark", None)
+        if watermark is None:
+            watermark = DeltaBackfillHook(self.job.source, self.job.target, self.job.app_id).watermark()
+        return phase_lineage(self.job, self.phase, watermark)
 
 
 class SnapshotBackfillOperator(_PhaseOperator):
