@@ -81,3 +81,12 @@ def phase_lineage(job: BackfillJob, phase: str, watermark: int | None) -> Operat
     target: Dataset = OutputDataset(namespace=target_namespace, name=target_name, facets=facets)
     run_facets: dict[str, Any] = {"airflowBackfill": BackfillRunFacet(job=job.name, phase=phase, watermark=watermark)}
     return OperatorLineage(inputs=[source], outputs=[target], run_facets=run_facets)
+
+
+def verify_lineage(job: BackfillJob) -> OperatorLineage:
+    """The lineage of a verification: it reads the upstream and the MV, writes nothing."""
+    from airflow.providers.openlineage.extractors import OperatorLineage
+
+    inputs: list[Dataset] = [InputDataset(namespace=namespace, name=name)
+                             for namespace, name in (dataset_name(job.source), dataset_name(job.target))]
+    return OperatorLineage(inputs=inputs)

@@ -30,6 +30,7 @@ from airflow_backfill.operators.phases import (
     ForwardOperator,
     LogStoreCatchUpOperator,
     SnapshotBackfillOperator,
+    VerifyOperator,
 )
 from airflow_backfill.operators.pin_epoch import PinEpochOperator
 from airflow_backfill.sensors.lag import CaughtUpSensor
@@ -73,6 +74,7 @@ def backfill_task_group(
     sensor_timeout: float = 3600.0,
     spark_conf: Mapping[str, str] | None = None,
     deferrable: bool | None = None,
+    verify: bool = False,
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
@@ -84,6 +86,8 @@ def backfill_task_group(
     :param spark_conf: extra `--conf` settings for every spark-submit.
     :param deferrable: whether `wait_caught_up` waits in the triggerer (default: the
         `[operators] default_deferrable` setting).
+    :param verify: add a `verify` task after `wait_caught_up` that recomputes the query
+        at the MV's watermark and fails when the MV differs (see `airflow-backfill verify`).
     """
     job = as_job(job)
     group_id = group_id or job.name
@@ -114,6 +118,9 @@ def backfill_task_group(
         )
         pin >> snapshot >> catch_up >> wait >> forward
         pin >> [catch_up, forward]
+        if verify:
+            checks = {key: value for key, value in common.items() if key != "outlets"}  # reads only
+            wait >> VerifyOperator(task_id="verify", **checks)
     return group
 
 

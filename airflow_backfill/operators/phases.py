@@ -124,7 +124,8 @@ class _PhaseOperator(SparkSubmitOperator):
         watermark = DeltaBackfillHook(job.source, job.target, job.app_id).watermark()
         self.committed_watermark = watermark
         self.log.info("%s done: the MV's committed watermark is %s", self.phase, watermark)
-        context["ti"].xcom_push(key=self.xcom_key, value=watermark)
+        if self.xcom_key:
+            context["ti"].xcom_push(key=self.xcom_key, value=watermark)
         self.annotate_asset_events(context, job, watermark)
         self.after_commit(context, watermark)
 
@@ -267,3 +268,29 @@ class ForwardOperator(_PhaseOperator):
         if idle_timeout is not None:
             arguments += ["--idle-timeout", str(idle_timeout)]
         return arguments
+
+
+class VerifyOperator(_PhaseOperator):
+    """Optional check after catch-up: recompute the query with Spark on the upstream as of
+    the MV's watermark and compare it with the MV (`spark_jobs/verify.py`); the task fails
+    when they differ, and its log names the first differing keys.
+
+    :param key_ranges: hash ranges of the MV key compared by checksum (default 64).
+    """
+
+    phase = "verify"
+    xcom_key = ""
+    uses_backfill_parallelism = False
+
+    def __init__(self, *, key_ranges: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key_ranges = key_ranges
+
+    def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
+        return [] if self.key_ranges is None else ["--key-ranges", str(self.key_ranges)]
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """A verification reads the upstream and the MV and writes nothing."""
+        from airflow_backfill.lineage import verify_lineage
+
+        return verify_lineage(self.job)

@@ -51,3 +51,10 @@ def test_without_a_run_the_watermark_comes_from_the_delta_log(job):
     lineage = ForwardOperator(task_id="forward", job=job).get_openlineage_facets_on_complete(task_instance=None)
     assert lineage.run_facets["airflowBackfill"].watermark == 9
     assert lineage.run_facets["airflowBackfill"].phase == "forward"
+
+
+def test_verify_reads_the_upstream_and_the_mv_and_writes_nothing(job):
+    from airflow_backfill.operators.phases import VerifyOperator
+
+    lineage = VerifyOperator(task_id="verify", job=job).get_openlineage_facets_on_complete(task_instance=None)
+    assert [d.name for d in lineage.inputs] == [job.source, job.target] and lineage.outputs == []

@@ -161,3 +161,24 @@ def test_asset_events_carry_the_watermark(job, submitted):
         "airflow_backfill.job": "orders_mv", "airflow_backfill.phase": "catch_up",
         "airflow_backfill.watermark": 7, "airflow_backfill.source": job.source,
     }
+
+
+def test_verify_submits_its_entry_point_and_pushes_nothing(job, submitted):
+    from airflow_backfill.operators.phases import VerifyOperator
+
+    context = context_with({"orders_mv": {"parallelism": 2}})
+    VerifyOperator(task_id="verify", job=job, key_ranges=16).execute(context)
+    call = submitted[0]
+    assert os.path.basename(call["application"]) == "verify.py"
+    assert call["args"][call["args"].index("--key-ranges") + 1] == "16"
+    assert call["args"][call["args"].index("--parallelism") + 1] == "2"
+    assert context["ti"].pushed == {}
+
+
+def test_the_verify_entry_point_checks_its_arguments():
+    from airflow_backfill.spark_jobs.verify import parse_args
+
+    args = parse_args(["--job", "job.yaml", "--key-ranges", "8"])
+    assert (args.job, args.key_ranges, args.show) == ("job.yaml", 8, 5)
+    with pytest.raises(SystemExit):
+        parse_args(["--job", "job.yaml", "--key-ranges", "0"])

@@ -105,3 +105,15 @@ def test_provider_modules_import(kind):
     for entry in get_provider_info()[kind]:
         for module in entry["python-modules"]:
             importlib.import_module(module)
+
+
+def test_an_optional_verify_task_checks_the_mv_after_it_caught_up(job):
+    with DAG("v", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        backfill_task_group(job, group_id="orders", verify=True)
+    verify = dag.get_task("orders.verify")
+    assert verify.upstream_task_ids == {"orders.wait_caught_up"}
+    assert Path(verify.application).name == "verify.py" and Path(verify.application).is_file()
+    assert verify.outlets == [] and verify.conf_key == "orders"
+    with DAG("plain", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as plain:
+        backfill_task_group(job, group_id="orders")
+    assert "orders.verify" not in plain.task_ids
