@@ -6,7 +6,7 @@
 operators/pin_epoch.py); catch-up and forward use the `none_failed_min_one_success`
 trigger rule so they still run when the phases before them were skipped. Every task
 that commits to the MV declares it as an Asset outlet, so a downstream job's DAG can be
-scheduled on it.
+scheduled on it, and the upstream as an inlet.
 
 An MV built on another MV in the same DAG starts once its upstream MV is caught up, not
 once that MV's forward ends (forward may run for as long as the job lives):
@@ -36,11 +36,25 @@ from airflow_backfill.operators.pin_epoch import PinEpochOperator
 from airflow_backfill.sensors.lag import CaughtUpSensor
 
 
+def delta_table_asset(location: str) -> Asset:
+    """A Delta table as an Airflow Asset, named by its URI (`file://<path>` for a path).
+
+    Airflow keeps asset names and URIs each unique: naming the asset by its URI makes a
+    table one asset whether a task writes it (an MV) or reads it (an upstream, which may
+    be another job's MV in the same deployment).
+    """
+    uri = location if "://" in location else f"file://{location}"
+    return Asset(name=uri, uri=uri)
+
+
 def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
     """The MV as an Airflow Asset (`file://<target>`), for outlets and downstream schedules."""
-    job = as_job(job)
-    uri = job.target if "://" in job.target else f"file://{job.target}"
-    return Asset(name=f"airflow_backfill/{job.name}", uri=uri)
+    return delta_table_asset(as_job(job).target)
+
+
+def upstream_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
+    """The job's upstream as an Airflow Asset (`file://<source>`), the phases' inlet."""
+    return delta_table_asset(as_job(job).source)
 
 
 FORWARD_BOUNDS_FROM_PARAMS: dict[str, str] = {
@@ -92,7 +106,8 @@ def backfill_task_group(
     job = as_job(job)
     group_id = group_id or job.name
     asset = mv_asset(job)
-    common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}), "outlets": [asset]}
+    common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}),
+                              "inlets": [upstream_asset(job)], "outlets": [asset]}
     with TaskGroup(group_id=group_id, tooltip=f"{job.source} -> {job.target}") as group:
         prefix = f"{group.group_id}."
         common["conf_key"] = group.group_id

@@ -62,7 +62,20 @@ def test_an_mv_on_an_mv_starts_once_the_first_is_caught_up_not_after_its_forward
 
 def test_mv_asset_is_the_target_uri(job):
     asset = mv_asset(job)
-    assert asset.uri == f"file://{job.target}" and asset.name == "airflow_backfill/orders_mv"
+    assert asset.uri == f"file://{job.target}" and asset.name == asset.uri
+
+
+def test_the_upstream_is_an_inlet_and_one_asset_with_the_mv_that_produces_it(job, tmp_path):
+    """Airflow keeps asset names and URIs each unique: the first MV (an outlet) and the
+    same table as the second job's upstream (an inlet) must be the very same asset."""
+    downstream = BackfillJob(name="totals", source=job.target, target=str(tmp_path / "totals"),
+                             query="SELECT order_id, amount FROM source", primary_key=["order_id"])
+    with DAG("chain", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        first = backfill_task_group(job, group_id="orders")
+        caught_up(first) >> backfill_task_group(downstream, group_id="totals")
+    for task_id in ("totals.snapshot", "totals.catch_up", "totals.forward"):
+        assert dag.get_task(task_id).inlets == [mv_asset(job)]
+    assert dag.get_task("orders.snapshot").inlets[0].uri == f"file://{job.source}"
 
 
 def test_example_dags_import_without_errors(monkeypatch, tmp_path):
