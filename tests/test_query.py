@@ -125,3 +125,15 @@ def test_unsupported_queries_are_refused_by_name(query: str, construct: str):
     with pytest.raises(UnsupportedQueryError) as caught:
         plan_query(query, ("order_id",))
     assert construct in str(caught.value)
+
+
+@pytest.mark.parametrize(("query", "expected"), [
+    ("SELECT order_id, amount * quantity AS total FROM source WHERE status <> 'x'",
+     {"order_id", "amount", "quantity", "status"}),
+    ("SELECT source.order_id, upper(Status) AS s FROM source", {"source", "order_id", "status"}),
+    ("SELECT * FROM source WHERE amount > 1", None),
+])
+def test_referenced_columns_are_what_a_round_reads_from_the_feed(query, expected):
+    from airflow_backfill.engine.planning.query import referenced_columns
+
+    assert referenced_columns(query) == (None if expected is None else frozenset(expected))

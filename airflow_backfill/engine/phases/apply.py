@@ -21,6 +21,7 @@ from airflow_backfill.engine.delta.commits import CommitInfo, merge_keyed
 from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import mv_changes, net_changes
+from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -92,6 +93,17 @@ def apply_epochs(
     return applied
 
 
+def _feed_columns(spark: SparkSession, job: BackfillJob, plan: QueryPlan) -> list[str] | None:
+    """The upstream columns a stateless round reads: the key and what the query references
+    (None: all of them, for `SELECT *`)."""
+    referenced = referenced_columns(plan.query)
+    if referenced is None:
+        return None
+    wanted = referenced | {column.lower() for column in plan.upstream_key}
+    upstream = spark.read.format("delta").load(job.source).columns
+    return [column for column in upstream if column.lower() in wanted]
+
+
 def _apply_stateless(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, info: CommitInfo,
 ) -> tuple[int, int]:
@@ -101,7 +113,7 @@ def _apply_stateless(
     by them); the MERGE then reads them from memory. Returns (change rows read, MV rows
     the MERGE changed).
     """
-    feed = read_change_feed(spark, job.source, watermark, info.epoch).cache()
+    feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(spark, job, plan)).cache()
     try:
         change_rows = feed.count()
         keyed = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)

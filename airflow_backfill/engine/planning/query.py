@@ -62,6 +62,15 @@ class QueryPlan:
     """The grouped aggregate's parts; set exactly when kind is 'aggregate'."""
 
 
+def referenced_columns(query: str) -> frozenset[str] | None:
+    """Lower-cased names of the upstream columns the query reads (as a column, or as the
+    struct a field is read from); None when it selects `*`, which reads them all."""
+    select = _parse_single_select(query)
+    if any(isinstance(node, exp.Star) for node in select.walk()):
+        return None
+    return frozenset(part.name.lower() for column in select.find_all(exp.Column) for part in column.parts)
+
+
 STATELESS = "stateless"
 AGGREGATE = "aggregate"
 
