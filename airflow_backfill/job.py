@@ -60,11 +60,11 @@ def validate_round_bound(name: str, value: Any) -> int | None:
 
 DEFAULT_MAX_STALLED_ROUNDS = 3
 MAX_STALLED_ROUNDS_LIMIT = 1000
-"""Upper bound for max_stalled_rounds: a lag that has not shrunk for this long never will."""
+"""Upper bound for max_stalled_rounds: a lag that has not reached a new low for this long never will."""
 
 
 def validate_max_stalled_rounds(value: Any) -> int:
-    """Validate the rounds without a shrinking lag after which catch-up hands over to forward."""
+    """Validate the rounds without a new lowest lag after which catch-up hands over to forward."""
     return _positive_int("max_stalled_rounds", value, MAX_STALLED_ROUNDS_LIMIT)
 
 
@@ -139,8 +139,8 @@ class BackfillJob:
     max_catch_up_rounds: int = 100
     """Catch-up rounds after which the job hands over to forward even if still lagging."""
     max_stalled_rounds: int = DEFAULT_MAX_STALLED_ROUNDS
-    """Consecutive catch-up rounds whose starting lag did not shrink after which catch-up
-    hands over to forward with a warning (the upstream commits faster than a round)."""
+    """Catch-up rounds in a row whose starting lag was no new low after which catch-up hands
+    over to forward with a warning (the upstream commits as fast as a round applies)."""
     max_round_epochs: int | None = None
     """Upstream epochs one catch-up round applies at most (None: every epoch pending at its
     start). A long backlog then becomes several bounded commits instead of one large one."""

@@ -125,7 +125,8 @@ def test_the_lag_shrinks_every_round_while_the_upstream_keeps_committing(spark, 
 
 @pytest.mark.spark
 def test_the_lag_never_grows_with_a_live_simulator(spark, tables, caplog):
-    """A real concurrent writer. Its epoch interval is longer than a warm round, so at most
+    """A real concurrent writer. Its epoch interval is longer than a warm round (a Delta MERGE
+    takes a few seconds on a loaded two-core machine), so at most
     one epoch arrives per round after the first: the lag drops from the backlog to 0 or 1
     and stays there (convergence, or a hand-over if a constant 1 persists)."""
     create_orders_table(tables["source"], rows=400, seed=8)
@@ -136,7 +137,7 @@ def test_the_lag_never_grows_with_a_live_simulator(spark, tables, caplog):
         commit_epoch(job.source, rng, **EPOCH)
     stop = threading.Event()
     writer = threading.Thread(target=run_simulator, kwargs=dict(
-        uri=job.source, rows=400, epoch_interval=3.0, seed=9, stop_event=stop, **EPOCH,
+        uri=job.source, rows=400, epoch_interval=8.0, seed=9, stop_event=stop, **EPOCH,
     ), daemon=True)
     writer.start()
     try:
@@ -155,7 +156,7 @@ def test_the_lag_never_grows_with_a_live_simulator(spark, tables, caplog):
     print(f"live simulator: pending epochs per round {pending}, then {result.pending_epochs}")
     assert pending and pending[0] >= backlog
     assert_never_grows([*pending, result.pending_epochs])
-    assert result.converged or any("has not shrunk" in r.getMessage() for r in caplog.records)
+    assert result.converged or any("has not reached a new low" in r.getMessage() for r in caplog.records)
     assert assert_mv_matches(job.source, job.target, QUERY, job.app_id, key=KEY) == result.watermark
 
 
@@ -181,7 +182,7 @@ def test_an_upstream_faster_than_catch_up_hands_over_after_max_stalled_rounds(sp
     assert result.pending_epochs > pending[-1] > pending[0]
     warnings = [r.getMessage() for r in caplog.records
                 if r.levelno >= logging.WARNING and r.name == catch_up_module.__name__]
-    assert len(warnings) == 1 and f"has not shrunk for {job.max_stalled_rounds} rounds" in warnings[0]
+    assert len(warnings) == 1 and f"has not reached a new low for {job.max_stalled_rounds} rounds" in warnings[0]
     assert "nothing is lost" in warnings[0]
     state = job_state.read_state(job.target)
     assert state["catch_up_converged"] is False and state["catch_up_pending_epochs"] == result.pending_epochs

@@ -2,7 +2,7 @@
 
 Each round covers every epoch pending at its start, or as many as the round's bounds
 allow (`max_round_epochs`, `max_round_bytes`), in one MV commit. Rounds repeat until the
-lag is at or under the job's threshold; if the lag stops shrinking for
+lag is at or under the job's threshold; if the lag reaches no new low for
 `max_stalled_rounds` rounds (the upstream writes faster than a round applies), catch-up
 hands over to forward with a warning, which loses nothing because forward continues
 from the same watermark.
@@ -85,6 +85,7 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
                            parallelism=settings.backfill_parallelism)
     rounds: list[CatchUpRound] = []
     stalled = 0
+    lowest: int | None = None
     while True:
         latest = latest_version(job.source)
         pending = latest - watermark
@@ -93,13 +94,15 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
         if pending <= job.lag_threshold:
             converged = True
             break
-        if rounds and pending >= rounds[-1].pending_epochs:
+        # Stalled: rounds since the lag last reached a new low. A lag that only hovers (the
+        # upstream commits about as fast as a round applies) hands over instead of looping.
+        if lowest is not None and pending >= lowest:
             stalled += 1
         else:
-            stalled = 0
+            stalled, lowest = 0, pending
         if stalled >= job.max_stalled_rounds:
             log.warning(
-                "catch-up: the lag has not shrunk for %s rounds (pending %s, max_stalled_rounds %s); the "
+                "catch-up: the lag has not reached a new low for %s rounds (pending %s, max_stalled_rounds %s); the "
                 "upstream commits faster than catch-up applies. Handing over to forward, which continues "
                 "from watermark %s: nothing is lost.", stalled, pending, job.max_stalled_rounds, watermark,
             )
