@@ -24,7 +24,12 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
 
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, table_exists
+from airflow_backfill.engine.delta.log import (
+    CDF_PROPERTY,
+    CHECKPOINT_INTERVAL_PROPERTY,
+    UPSTREAM_CHECKPOINT_INTERVAL,
+    table_exists,
+)
 from airflow_backfill.exceptions import BackfillConfigError, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -120,7 +125,7 @@ def create_orders_table(uri: str, rows: int, seed: int, *, reuse: bool = False) 
         pa.Table.from_pylist(orders, schema=ORDERS_SCHEMA),
         mode="error",
         name="orders",
-        configuration={CDF_PROPERTY: "true"},
+        configuration={CDF_PROPERTY: "true", CHECKPOINT_INTERVAL_PROPERTY: UPSTREAM_CHECKPOINT_INTERVAL},
         commit_properties=CommitProperties(custom_metadata={"simulator.rows": str(rows)}),
     )
     version = DeltaTable(uri).version()

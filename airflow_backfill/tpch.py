@@ -42,7 +42,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, arrow_schema, table_exists
+from airflow_backfill.engine.delta.log import (
+    CDF_PROPERTY,
+    CHECKPOINT_INTERVAL_PROPERTY,
+    UPSTREAM_CHECKPOINT_INTERVAL,
+    arrow_schema,
+    table_exists,
+)
 from airflow_backfill.exceptions import BackfillConfigError, UpstreamError
 
 log = logging.getLogger(__name__)
@@ -187,7 +193,7 @@ def _write_table(uri: str, table: str, parquet_files: list[str], scale_factor: f
         mode="error",
         name=table,
         description=_DESCRIPTION.format(table=table, scale_factor=scale_factor),
-        configuration={CDF_PROPERTY: "true"},
+        configuration={CDF_PROPERTY: "true", CHECKPOINT_INTERVAL_PROPERTY: UPSTREAM_CHECKPOINT_INTERVAL},
         target_file_size=max(64 * 1024, total_bytes // files),
         commit_properties=CommitProperties(custom_metadata={
             f"{METADATA_PREFIX}scale_factor": str(scale_factor), f"{METADATA_PREFIX}refresh": "load",

@@ -21,6 +21,12 @@ from deltalake.exceptions import TableNotFoundError
 from airflow_backfill.exceptions import TargetError, UpstreamError
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
+UPSTREAM_CHECKPOINT_INTERVAL = "10"
+"""What the project's own upstream writers (simulator, TPC-H) set: a Delta reader rebuilds a
+table's state from its last checkpoint plus the commits after it, so a log that is never
+checkpointed makes every Spark read of it slower as it grows (Spark writers checkpoint
+every 10 commits by default; delta-rs only when the table asks)."""
 METADATA_PREFIX = "airflow_backfill."
 log = logging.getLogger(__name__)
 _loaded = threading.local()
