@@ -42,3 +42,22 @@ def test_a_loaded_table_follows_new_commits_and_notices_a_recreated_table(tmp_pa
     recreated = load_table(uri)
     assert recreated.version() == 1
     assert sorted(recreated.to_pyarrow_table()["v"].to_pylist()) == [7, 8]
+
+
+def test_a_rarely_checkpointed_log_is_flagged(tmp_path, caplog):
+    import pyarrow as pa
+    from deltalake import PostCommitHookProperties, write_deltalake
+
+    from airflow_backfill.engine.delta.log import UNCHECKPOINTED_COMMITS_WARNING, warn_if_rarely_checkpointed
+
+    never, often = str(tmp_path / "never"), str(tmp_path / "often")
+    for index in range(UNCHECKPOINTED_COMMITS_WARNING + 3):
+        batch = pa.table({"v": [index]})
+        write_deltalake(never, batch, mode="append",
+                        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False))
+        write_deltalake(often, batch, mode="append", configuration={"delta.checkpointInterval": "10"})
+    with caplog.at_level("WARNING"):
+        assert warn_if_rarely_checkpointed(often) <= 10
+        assert "commits after its last checkpoint" not in caplog.text
+        assert warn_if_rarely_checkpointed(never) == UNCHECKPOINTED_COMMITS_WARNING + 2
+    assert "Set delta.checkpointInterval" in caplog.text

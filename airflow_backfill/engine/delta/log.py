@@ -117,6 +117,29 @@ def latest_version(uri: str) -> int:
     return max(versions) if versions else open_upstream(uri).version()
 
 
+UNCHECKPOINTED_COMMITS_WARNING = 100
+
+
+def warn_if_rarely_checkpointed(uri: str) -> int:
+    """Warn when the table's log has many commits after its last checkpoint; returns them.
+
+    Spark rebuilds a table's state from the last checkpoint plus every commit after it,
+    for every read of a new version: an upstream written by a tool that never checkpoints
+    makes each catch-up round and forward commit slower as its log grows.
+    """
+    names = os.listdir(os.path.join(uri, "_delta_log"))
+    checkpoints = [int(name[:20]) for name in names if ".checkpoint" in name and name[:20].isdigit()]
+    commits = [int(match.group(1)) for name in names if (match := _LOG_FILE.match(name)) and name.endswith(".json")]
+    since = max(commits, default=-1) - max(checkpoints, default=-1)
+    if since > UNCHECKPOINTED_COMMITS_WARNING:
+        log.warning(
+            "%s has %s commits after its last checkpoint: Spark replays all of them to read it, so rounds "
+            "slow down as the log grows. Set %s (e.g. 10) on the table or checkpoint it regularly.",
+            uri, since, CHECKPOINT_INTERVAL_PROPERTY,
+        )
+    return since
+
+
 def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
     """The actions of commit `version` from its log entry; [] when the entry is gone."""
     try:

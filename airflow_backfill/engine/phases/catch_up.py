@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import BackfillSettings, effective_settings, wait_while_paused
 from airflow_backfill.engine.delta.change_feed import round_end
-from airflow_backfill.engine.delta.log import check_upstream, commit_timestamp, latest_version
+from airflow_backfill.engine.delta.log import (
+    check_upstream,
+    commit_timestamp,
+    latest_version,
+    warn_if_rarely_checkpointed,
+)
 from airflow_backfill.engine.parallelism import runtime_conf_for
 from airflow_backfill.engine.phases.apply import apply_epochs, current_watermark
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
@@ -73,6 +78,7 @@ def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | No
     """
     plan = plan_query(job.query, job.primary_key)
     check_upstream(job.source)
+    warn_if_rarely_checkpointed(job.source)
     current_watermark(job)  # the MV must exist: checked before anything is written
     with writer_lock(job.target, job.name, job_state.PHASE_CATCH_UP):
         return _catch_up(spark, job, plan, parallelism)
