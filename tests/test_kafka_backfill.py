@@ -14,6 +14,7 @@ import pytest
 from kafka_oracle import QUERY, assert_oracle
 
 from airflow_backfill.engine import control
+from airflow_backfill.engine.delta_log import table_exists
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.kafka import source_backfill
 from airflow_backfill.kafka.config import KafkaBackfillJob, KafkaSourceJob, KafkaTopic
@@ -147,16 +148,16 @@ def test_bad_input_stops_before_anything_is_written(spark, kafka_simulator, tmp_
     missing = KafkaBackfillJob(**{**missing.__dict__, "upstream": KafkaTopic(sim.bootstrap_servers, "no-such-topic", VALUE_SCHEMA)})
     with pytest.raises(UpstreamError, match="'no-such-topic' does not exist"):
         run_backfill_round(spark, missing)
-    assert not os.path.exists(missing.target)
+    assert not table_exists(missing.target)
 
     sim.produce({0: 20, 1: 5})
     bad_offset = sim.produce_raw(1, b"{not json")
     _, backfill = _jobs(sim, tmp_path)
     with pytest.raises(RecordDecodeError, match=rf"offset {bad_offset} of partition 1 .*not json"):
         run_backfill_round(spark, backfill)
-    assert not os.path.exists(os.path.join(backfill.target, "_delta_log"))
+    assert not table_exists(backfill.target), "a failed round committed to the MV"
 
     sim.delete_before(0, 10)  # retention dropped offsets 0..9 of partition 0
     with pytest.raises(UpstreamError, match=r"partition 0 .* no longer holds offsets 0\.\.9"):
         run_backfill_round(spark, backfill)
-    assert not os.path.exists(os.path.join(backfill.target, "_delta_log"))
+    assert not table_exists(backfill.target), "a failed round committed to the MV"
