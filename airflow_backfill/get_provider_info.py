@@ -28,11 +28,18 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {
                 "integration-name": "Airflow Backfill",
-                "python-modules": ["airflow_backfill.operators.phases", "airflow_backfill.operators.pin_epoch"],
+                "python-modules": [
+                    "airflow_backfill.operators.phases",
+                    "airflow_backfill.operators.pin_epoch",
+                    "airflow_backfill.operators.kafka",
+                ],
             }
         ],
         "sensors": [
-            {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.sensors.lag"]}
+            {
+                "integration-name": "Airflow Backfill",
+                "python-modules": ["airflow_backfill.sensors.lag", "airflow_backfill.sensors.kafka"],
+            }
         ],
         "triggers": [
             {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.triggers.lag"]}
