@@ -14,7 +14,7 @@ import pytest
 from kafka_oracle import QUERY, assert_oracle
 
 from airflow_backfill.engine import control
-from airflow_backfill.engine.delta_log import table_exists
+from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.kafka import source_backfill
 from airflow_backfill.kafka.config import KafkaBackfillJob, KafkaSourceJob, KafkaTopic
