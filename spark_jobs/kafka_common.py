@@ -23,4 +23,6 @@ def resolve_pipeline(args: argparse.Namespace) -> KafkaPipeline:
         data = json.loads(base64.b64decode(args.job_b64).decode())
     except ValueError as error:
         raise BackfillConfigError(f"--job-b64 is not base64-encoded JSON: {error}") from None
-    return KafkaPipeline.from_mapping(data, origin="--job-b64")
+    pipeline = KafkaPipeline.from_mapping(data, origin="--job-b64")
+    pipeline.backfill.check_query()
+    return pipeline

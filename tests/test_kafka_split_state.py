@@ -90,7 +90,7 @@ def test_declarations_refuse_bad_input(tmp_path):
     with pytest.raises(BackfillConfigError, match="already has"):
         KafkaTopic("127.0.0.1:9092", "orders", "_offset BIGINT, id BIGINT")
     with pytest.raises(UnsupportedQueryError, match="aggregates are not supported"):
-        _job(tmp_path, query="SELECT customer, SUM(amount) FROM source GROUP BY customer")
+        _job(tmp_path, query="SELECT customer, SUM(amount) FROM source GROUP BY customer").check_query()
     with pytest.raises(BackfillConfigError, match="start must be one of"):
         _job(tmp_path, start="latest")
     with pytest.raises(BackfillConfigError, match="target must differ"):

@@ -10,9 +10,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlglot import exp
-
-from airflow_backfill.engine.planning.query import _parse_single_select, _refuse_unsupported_constructs
 from airflow_backfill.exceptions import BackfillConfigError, UnsupportedQueryError
 from airflow_backfill.job import normalize_table_uri, validate_parallelism, validate_rate_limit
 
@@ -129,6 +126,13 @@ class KafkaBackfillJob:
         _positive("max_records_per_round", self.max_records_per_round)
         if self.start not in _STARTS:
             raise BackfillConfigError(f"start must be one of {', '.join(_STARTS)}, got {self.start!r}.")
+        if not isinstance(self.query, str) or not self.query.strip():
+            raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
+
+    def check_query(self) -> None:
+        """Refuse a query the source backfill cannot maintain. Not run when the declaration is
+        built (DAG files build it, and parsing a DAG must not load the query parser), but by
+        the job-file loader, the spark-submit entry points and the operators, before any write."""
         validate_append_only_query(self.query)
 
     @property
@@ -140,6 +144,12 @@ def validate_append_only_query(query: Any) -> str:
     """Refuse what a per-record (append-only) MV cannot maintain: aggregates come on top of that."""
     if not isinstance(query, str) or not query.strip():
         raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
+    # sqlglot is imported here, not at module level: DAG files import this module, and
+    # parsing a DAG must not pay for the query parser.
+    from sqlglot import exp
+
+    from airflow_backfill.engine.planning.query import _parse_single_select, _refuse_unsupported_constructs
+
     select = _parse_single_select(query)
     _refuse_unsupported_constructs(select)
     if select.args.get("group") is not None or any(isinstance(node, exp.AggFunc) for node in select.walk()):
@@ -207,4 +217,6 @@ def load_kafka_pipeline(path: str) -> KafkaPipeline:
             data = yaml.safe_load(handle)
     except FileNotFoundError:
         raise BackfillConfigError(f"job file {path} does not exist; pass the path of a Kafka job file.") from None
-    return KafkaPipeline.from_mapping(data, origin=str(path))
+    pipeline = KafkaPipeline.from_mapping(data, origin=str(path))
+    pipeline.backfill.check_query()
+    return pipeline

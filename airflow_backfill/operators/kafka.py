@@ -32,6 +32,7 @@ class _KafkaOperator(SparkSubmitOperator):
         return []
 
     def submit(self, context: Any) -> None:
+        self.pipeline.backfill.check_query()  # a clear error before spark-submit writes anything
         encoded = base64.b64encode(json.dumps(self.pipeline.to_mapping()).encode()).decode()
         self.application_args = ["--job-b64", encoded, *self.entry_arguments()]
         self.conf = {**delta_spark_conf(), **(self.conf or {})}
