@@ -165,7 +165,7 @@ def test_asset_events_carry_the_watermark(job, submitted):
     }
 
 
-def test_verify_submits_its_entry_point_and_pushes_nothing(job, submitted):
+def test_verify_submits_its_entry_point_and_pushes_only_its_progress_link(job, submitted):
     from airflow_backfill.operators.phases import VerifyOperator
 
     context = context_with({"orders_mv": {"parallelism": 2}})
@@ -174,7 +174,7 @@ def test_verify_submits_its_entry_point_and_pushes_nothing(job, submitted):
     assert os.path.basename(call["application"]) == "verify.py"
     assert call["args"][call["args"].index("--key-ranges") + 1] == "16"
     assert call["args"][call["args"].index("--parallelism") + 1] == "2"
-    assert context["ti"].pushed == {}
+    assert context["ti"].pushed == {"_link_BackfillProgressLink": f"/airflow-backfill/jobs/{job.name}"}
 
 
 def test_the_verify_entry_point_checks_its_arguments():
