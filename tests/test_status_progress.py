@@ -40,7 +40,7 @@ def job_file(tmp_path: Path, tables: dict[str, str]) -> Path:
 
 def chunk(index: int, *, rows: int, size: int | None, seconds: float, finished_at: float | None,
           run_id: str = "run-b", parallelism: int = 2) -> DoneChunk:
-    return DoneChunk(index, f"data/c{index}", rows, rows, seconds, parallelism, run_id,
+    return DoneChunk(index, rows, rows, seconds, parallelism, run_id,
                      bytes_in=size, finished_at=finished_at)
 
 
