@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
@@ -10,6 +11,7 @@ from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.exceptions import BackfillConfigError
 
 if TYPE_CHECKING:
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -43,10 +45,9 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     enables it) plus N shuffle partitions. Timestamps are written as microseconds and
     read in UTC so that files are readable by delta-rs and comparable across engines.
     """
-    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
-    submitted = SparkConf()
+    submitted = _submitted_conf()
     master = submitted.get("spark.master", DEFAULT_MASTER) or DEFAULT_MASTER
     dynamic = (submitted.get("spark.dynamicAllocation.enabled", "false") or "").lower() == "true"
     parallelism_conf = spark_conf_for(
@@ -74,6 +75,21 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     _require_delta(session)
     log.info("spark session master=%s parallelism=%s", master, parallelism)
     return session
+
+
+def _submitted_conf() -> SparkConf:
+    """The settings spark-submit launched this driver with (its master, executor cores...).
+
+    Under spark-submit they live in the JVM that started this process; a SparkConf only
+    sees them once the gateway to that JVM is open. Outside spark-submit (tests, notebooks)
+    no JVM is started here: the session's own settings, jars included, must reach the JVM
+    when it launches.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        SparkContext._ensure_initialized()  # type: ignore[attr-defined]
+    return SparkConf()
 
 
 def _require_delta(session: SparkSession) -> None:
