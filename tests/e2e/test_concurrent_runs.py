@@ -24,7 +24,7 @@ REFUSED = "another run of job orders_e2e is writing the MV"
 def start_pair(*args: str) -> list[subprocess.CompletedProcess]:
     processes = [subprocess.Popen(spark_submit(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for _ in range(2)]
-    return [subprocess.CompletedProcess(p.args, p.wait(timeout=300), p.communicate()[0], "") for p in processes]
+    return [subprocess.CompletedProcess(p.args, p.wait(timeout=600), p.communicate()[0], "") for p in processes]
 
 
 def multi_file_upstream(uri: str) -> None:
@@ -53,7 +53,7 @@ def test_two_catch_ups_at_once_never_commit_the_same_epochs_twice(tmp_path, tabl
     multi_file_upstream(tables["source"])
     job = write_job(tmp_path, tables)
     first = subprocess.run(spark_submit("snapshot", "--job", str(job), "--epoch", "1"),
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stdout[-3000:]
     rng = random.Random(5)
     for _ in range(3):

@@ -32,7 +32,7 @@ def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> s
     if fault:
         env["AIRFLOW_BACKFILL_FAULT"] = fault
     return subprocess.run(
-        spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=300, env=env
+        spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=600, env=env
     )
 
 

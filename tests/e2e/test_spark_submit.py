@@ -30,7 +30,7 @@ def spark_submit(entry_point: str, *args: str) -> list[str]:
 def start_simulator(table: str, seed: int) -> subprocess.Popen:
     command = [
         str(Path(sys.executable).with_name("airflow-backfill")), "simulate", "--table", table,
-        "--rows", "2000", "--epoch-interval", "0.5", "--inserts", "20", "--updates", "30",
+        "--rows", "2000", "--epoch-interval", "2", "--inserts", "20", "--updates", "30",
         "--deletes", "10", "--seed", str(seed),
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -56,7 +56,7 @@ def test_phases_as_spark_submit_processes(tmp_path, tables):
     job = write_job(tmp_path, tables)
     try:
         for phase in ("snapshot", "catch_up"):
-            done = subprocess.run(spark_submit(phase, "--job", str(job)), capture_output=True, text=True, timeout=300)
+            done = subprocess.run(spark_submit(phase, "--job", str(job)), capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
         forward = subprocess.Popen(
             spark_submit("forward", "--job", str(job)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -82,7 +82,7 @@ def test_phases_as_spark_submit_processes(tmp_path, tables):
 def test_bad_job_file_fails_before_spark_work(tmp_path, tables):
     job = tmp_path / "job.yaml"
     job.write_text(f"name: x\nsource: {tables['source']}\ntarget: {tables['target']}\nquery: SELECT 1\n")
-    done = subprocess.run(spark_submit("snapshot", "--job", str(job)), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(spark_submit("snapshot", "--job", str(job)), capture_output=True, text=True, timeout=600)
     assert done.returncode == 2
     assert "missing required field(s) primary_key" in done.stdout
     assert not Path(tables["target"]).exists()
