@@ -127,14 +127,18 @@ def reset_overrides(target: str) -> None:
 
 
 def effective_settings(job: BackfillJob, parallelism: int | None = None) -> BackfillSettings:
-    """The job's values (or the phase's --parallelism), overridden by `alter`, if any."""
+    """The job's values (or the phase's --parallelism), overridden by `alter`, if any.
+
+    A Kafka source backfill has no round bounds of its own (it bounds rounds by records),
+    hence the `getattr` defaults.
+    """
     overrides = read_overrides(job.target)
     return BackfillSettings(
         backfill_parallelism=overrides.get("backfill_parallelism", parallelism or job.backfill_parallelism),
         rate_limit=overrides.get("rate_limit", job.rate_limit),
         altered=bool(overrides),
-        max_round_epochs=overrides.get("max_round_epochs", job.max_round_epochs),
-        max_round_bytes=overrides.get("max_round_bytes", job.max_round_bytes),
+        max_round_epochs=overrides.get("max_round_epochs", getattr(job, "max_round_epochs", None)),
+        max_round_bytes=overrides.get("max_round_bytes", getattr(job, "max_round_bytes", None)),
     )
 
 
