@@ -3,9 +3,12 @@ costs seconds), and per-test Delta table locations."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,8 +17,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-# spark-submit processes the tests start load Delta's jars at launch from here.
-os.environ.setdefault("SPARK_CONF_DIR", str(ROOT / "jars" / "conf"))
+TEST_SPARK_SETTINGS = {
+    # Test tables hold hundreds of rows: compiling generated Java code for every new plan
+    # (and the JIT compiling it again) costs more than it saves, about a third of a round.
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.ui.enabled": "false",
+}
+
+
+def _test_spark_conf_dir() -> str:
+    """Delta's launch settings (jars/conf, or the folder the environment names) plus the
+    test-only settings above, for the test session and every spark-submit a test starts."""
+    installed = Path(os.environ.get("SPARK_CONF_DIR", ROOT / "jars" / "conf")) / "spark-defaults.conf"
+    folder = Path(tempfile.mkdtemp(prefix="airflow_backfill-spark-conf-"))
+    lines = [installed.read_text().rstrip("\n")] if installed.exists() else []
+    lines += [f"{key} {value}" for key, value in TEST_SPARK_SETTINGS.items()]
+    (folder / "spark-defaults.conf").write_text("\n".join(lines) + "\n")
+    atexit.register(shutil.rmtree, folder, True)
+    return str(folder)
+
+
+os.environ["SPARK_CONF_DIR"] = _test_spark_conf_dir()
 # py4j logs at interpreter exit, after pytest closed the captured streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
