@@ -49,7 +49,7 @@ QUERIES = {
 }
 
 
-@settings(max_examples=12, deadline=None, database=None,
+@settings(max_examples=8, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     query=st.sampled_from(sorted(QUERIES)),

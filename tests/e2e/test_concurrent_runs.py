@@ -13,6 +13,8 @@ from helpers_delta import mv_commits
 from test_crash_recovery import APP_ID, QUERY
 from test_spark_submit import spark_submit, write_job
 
+from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.job import load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches, assert_mv_matches
 
@@ -49,12 +51,10 @@ def test_two_snapshots_at_once_make_exactly_one_commit(tmp_path, tables):
     assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
 
-def test_two_catch_ups_at_once_never_commit_the_same_epochs_twice(tmp_path, tables):
+def test_two_catch_ups_at_once_never_commit_the_same_epochs_twice(spark, tmp_path, tables):
     multi_file_upstream(tables["source"])
     job = write_job(tmp_path, tables)
-    first = subprocess.run(spark_submit("snapshot", "--job", str(job), "--epoch", "1"),
-                           capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stdout[-3000:]
+    run_snapshot(spark, load_job(job), epoch=1)  # in the test's own Spark: the pair under test follows
     rng = random.Random(5)
     for _ in range(3):
         commit_epoch(tables["source"], rng, inserts=20, updates=40, deletes=10)

@@ -18,6 +18,8 @@ from helpers_delta import mv_commits
 from test_spark_submit import spark_submit, start_simulator, write_job
 
 from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.job import load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches, assert_mv_matches
 
@@ -25,6 +27,9 @@ pytestmark = pytest.mark.e2e
 
 APP_ID = "airflow_backfill/orders_e2e"
 QUERY = "SELECT order_id, status, amount * quantity AS total FROM source WHERE quantity >= 2"
+LAG_THRESHOLD = 5
+"""A rerun's catch-up stops within a round or two of a simulator that commits every 2 s
+(a round in a freshly started driver takes several seconds)."""
 
 
 def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> subprocess.CompletedProcess:
@@ -35,6 +40,12 @@ def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> s
     return subprocess.run(
         spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=600, env=env
     )
+
+
+def snapshot_in_process(spark, job: Path) -> None:
+    """The snapshot a test of a later phase starts from, in the test session's own Spark
+    (the kills under test happen in the spark-submit processes that follow)."""
+    run_snapshot(spark, load_job(job))
 
 
 def killed(done: subprocess.CompletedProcess) -> bool:
@@ -56,7 +67,7 @@ def live_upstream(tables):
     simulator.wait(timeout=60)
 
 
-def test_snapshot_killed_after_chunks_then_before_commit(tmp_path, live_upstream):
+def test_snapshot_killed_after_chunks_then_before_commit(spark, tmp_path, live_upstream):
     tables = live_upstream
     job = write_job(tmp_path, tables)
     # Pinned at the pre-loaded version: the simulator's merges rewrite files, but the
@@ -79,21 +90,19 @@ def test_snapshot_killed_after_chunks_then_before_commit(tmp_path, live_upstream
     assert mv.transaction_version(APP_ID + "/snapshot") == after_second["chunks_total"] == 5
     assert read_watermark(tables["target"], APP_ID) is None
 
-    third = run_phase("snapshot", job, None, *chunking)
-    assert third.returncode == 0, third.stderr[-2000:]
-    assert "already done" in third.stdout + third.stderr
+    # the rerun (in the test's own Spark) only records the watermark
+    third = run_snapshot(spark, load_job(job), epoch=4, chunk_bytes=1)
+    assert third.chunks_run == 0 and not third.skipped
     assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
 
-def test_snapshot_killed_after_its_commit_is_not_redone(tmp_path, live_upstream):
+def test_snapshot_killed_after_its_commit_is_not_redone(spark, tmp_path, live_upstream):
     tables = live_upstream
     job = write_job(tmp_path, tables)
     crashed = run_phase("snapshot", job, "snapshot:after_commit")
     assert killed(crashed), crashed.stdout[-2000:]
     committed = DeltaTable(tables["target"]).version()
-    rerun = run_phase("snapshot", job)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert "snapshot skipped" in rerun.stdout + rerun.stderr
+    assert run_snapshot(spark, load_job(job)).skipped
     assert read_watermark(tables["target"], APP_ID) is not None
     assert DeltaTable(tables["target"]).version() == committed, "the rerun committed again"
     assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
@@ -101,10 +110,10 @@ def test_snapshot_killed_after_its_commit_is_not_redone(tmp_path, live_upstream)
 
 @pytest.mark.parametrize("phase", ["catch_up", "forward"])
 @pytest.mark.parametrize("point", ["after_write", "after_commit"])
-def test_incremental_phase_killed_at_named_point(tmp_path, live_upstream, phase, point):
+def test_incremental_phase_killed_at_named_point(spark, tmp_path, live_upstream, phase, point):
     tables = live_upstream
-    job = write_job(tmp_path, tables)
-    assert run_phase("snapshot", job).returncode == 0
+    job = write_job(tmp_path, tables, LAG_THRESHOLD)
+    snapshot_in_process(spark, job)
     time.sleep(1.5)  # let a few epochs arrive
     extra = ("--max-epochs", "2", "--idle-timeout", "30") if phase == "forward" else ()
     crashed = run_phase(phase, job, f"{phase}:{point}", *extra)
@@ -121,17 +130,17 @@ AGGREGATE_QUERY = (
 
 
 @pytest.mark.parametrize("phase", ["snapshot", "catch_up"])
-def test_aggregate_killed_between_its_state_and_mv_commits(tmp_path, live_upstream, phase):
+def test_aggregate_killed_between_its_state_and_mv_commits(spark, tmp_path, live_upstream, phase):
     """An aggregate commits its hidden per-group state, then the MV: a SIGKILL between the
     two is recovered by the rerun, and no reader ever saw the MV ahead of its state."""
     tables = live_upstream
     job = tmp_path / "aggregate.yaml"
     job.write_text(yaml.safe_dump({
         "name": "orders_e2e", "query": AGGREGATE_QUERY, "primary_key": ["order_id"], **tables,
-        "backfill_parallelism": 2, "parallelism": 1, "lag_threshold": 2, "poll_interval": 0.2,
+        "backfill_parallelism": 2, "parallelism": 1, "lag_threshold": LAG_THRESHOLD, "poll_interval": 0.2,
     }))
     if phase == "catch_up":
-        assert run_phase("snapshot", job).returncode == 0
+        snapshot_in_process(spark, job)
         time.sleep(1.5)  # let a few epochs arrive
     crashed = run_phase(phase, job, f"{phase}:after_state_commit")
     assert killed(crashed), crashed.stdout[-2000:]
@@ -146,11 +155,11 @@ def test_aggregate_killed_between_its_state_and_mv_commits(tmp_path, live_upstre
         assert checked >= 2 and len(recovered) == 1, "the MV did not take the committed state's epoch first"
 
 
-def test_random_kills_never_corrupt_the_mv(tmp_path, live_upstream):
+def test_random_kills_never_corrupt_the_mv(spark, tmp_path, live_upstream):
     tables = live_upstream
-    job = write_job(tmp_path, tables)
+    job = write_job(tmp_path, tables, LAG_THRESHOLD)
     rng = random.Random(2024)
-    assert run_phase("snapshot", job).returncode == 0
+    snapshot_in_process(spark, job)
     for _ in range(3):
         process = subprocess.Popen(spark_submit("catch_up", "--job", str(job)),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

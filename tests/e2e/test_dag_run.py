@@ -43,7 +43,8 @@ def test_dags_test_backfills_a_live_upstream_on_a_spark_cluster(tmp_path, spark_
     simulator = start_simulator(job.source, seed=11)
     try:
         started_from = DeltaTable(job.source).version()
-        run = airflow("dags", "test", "example_orders_mv", env=env)
+        run = airflow("dags", "test", "example_orders_mv", "--conf",
+                      '{"forward_max_epochs": 2, "forward_idle_timeout": 10}', env=env)
         output = run.stdout + run.stderr
         assert run.returncode == 0, output[-5000:]
         assert simulator.poll() is None, "the upstream stopped during the run"

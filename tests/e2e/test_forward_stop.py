@@ -15,6 +15,8 @@ from test_crash_recovery import APP_ID, QUERY, live_upstream  # noqa: F401 - fix
 from test_spark_submit import spark_submit, write_job
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
+from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.job import load_job
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e
@@ -29,19 +31,15 @@ def submit(phase: str, *args: str) -> list[str]:
     return [command[0], *conf, *command[1:]]
 
 
-def run_phase(phase: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(submit(phase, *args), capture_output=True, text=True, timeout=300)
-
-
-def test_forward_stopped_like_airflow_stops_a_task(tmp_path, live_upstream):  # noqa: F811 - the fixture
+def test_forward_stopped_like_airflow_stops_a_task(spark, tmp_path, live_upstream):  # noqa: F811 - the fixture
     tables = live_upstream
     job = write_job(tmp_path, tables)
-    assert run_phase("snapshot", "--job", str(job)).returncode == 0
+    snapshotted = run_snapshot(spark, load_job(job)).epoch  # in the test's own Spark
     forward = subprocess.Popen(submit("forward", "--job", str(job), "--stop-grace", "3"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     deadline = time.monotonic() + 120
-    while DeltaTable(tables["target"]).version() < 2:   # forward is committing
+    while DeltaTable(tables["target"]).transaction_version(APP_ID) <= snapshotted:   # until forward commits
         assert forward.poll() is None, forward.stderr.read()[-3000:] if forward.stderr else "forward died"
         assert time.monotonic() < deadline, "forward made no commit in 120 s"
         time.sleep(0.2)

@@ -69,7 +69,10 @@ def test_dags_test_builds_both_mvs_while_refreshes_commit(tmp_path):
     refresher = Refresher(tables)
     refresher.start()
     try:
-        run = airflow("dags", "test", "example_tpch_pricing_summary", env=env, timeout=900)
+        # one forward epoch, and a short idle wait for the totals (nothing refreshes the
+        # summary while its own tasks do not run)
+        run = airflow("dags", "test", "example_tpch_pricing_summary", "--conf",
+                      '{"forward_max_epochs": 1, "forward_idle_timeout": 5}', env=env, timeout=900)
     finally:
         refresher.stop.set()
         refresher.join(timeout=120)
