@@ -11,10 +11,8 @@ import pytest
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
 from test_crash_recovery import APP_ID, QUERY
-from test_spark_submit import spark_submit, write_job
+from test_spark_submit import snapshot_in_process, spark_submit, write_job
 
-from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.job import load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches, assert_mv_matches
 
@@ -54,7 +52,7 @@ def test_two_snapshots_at_once_make_exactly_one_commit(tmp_path, tables):
 def test_two_catch_ups_at_once_never_commit_the_same_epochs_twice(spark, tmp_path, tables):
     multi_file_upstream(tables["source"])
     job = write_job(tmp_path, tables)
-    run_snapshot(spark, load_job(job), epoch=1)  # in the test's own Spark: the pair under test follows
+    snapshot_in_process(spark, job, epoch=1)
     rng = random.Random(5)
     for _ in range(3):
         commit_epoch(tables["source"], rng, inserts=20, updates=40, deletes=10)

@@ -15,11 +15,9 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
-from test_spark_submit import spark_submit, start_simulator, write_job
+from test_spark_submit import snapshot_in_process, spark_submit, start_simulator, write_job
 
 from airflow_backfill.engine.delta.log import read_watermark
-from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.job import load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches, assert_mv_matches
 
@@ -40,12 +38,6 @@ def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> s
     return subprocess.run(
         spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=600, env=env
     )
-
-
-def snapshot_in_process(spark, job: Path) -> None:
-    """The snapshot a test of a later phase starts from, in the test session's own Spark
-    (the kills under test happen in the spark-submit processes that follow)."""
-    run_snapshot(spark, load_job(job))
 
 
 def killed(done: subprocess.CompletedProcess) -> bool:
@@ -91,7 +83,7 @@ def test_snapshot_killed_after_chunks_then_before_commit(spark, tmp_path, live_u
     assert read_watermark(tables["target"], APP_ID) is None
 
     # the rerun (in the test's own Spark) only records the watermark
-    third = run_snapshot(spark, load_job(job), epoch=4, chunk_bytes=1)
+    third = snapshot_in_process(spark, job, epoch=4, chunk_bytes=1)
     assert third.chunks_run == 0 and not third.skipped
     assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
@@ -102,7 +94,7 @@ def test_snapshot_killed_after_its_commit_is_not_redone(spark, tmp_path, live_up
     crashed = run_phase("snapshot", job, "snapshot:after_commit")
     assert killed(crashed), crashed.stdout[-2000:]
     committed = DeltaTable(tables["target"]).version()
-    assert run_snapshot(spark, load_job(job)).skipped
+    assert snapshot_in_process(spark, job).skipped
     assert read_watermark(tables["target"], APP_ID) is not None
     assert DeltaTable(tables["target"]).version() == committed, "the rerun committed again"
     assert_mv_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])

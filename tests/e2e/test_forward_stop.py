@@ -12,11 +12,9 @@ import time
 import pytest
 from deltalake import DeltaTable
 from test_crash_recovery import APP_ID, QUERY, live_upstream  # noqa: F401 - fixture
-from test_spark_submit import spark_submit, write_job
+from test_spark_submit import snapshot_in_process, spark_submit, write_job
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
-from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.job import load_job
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +32,7 @@ def submit(phase: str, *args: str) -> list[str]:
 def test_forward_stopped_like_airflow_stops_a_task(spark, tmp_path, live_upstream):  # noqa: F811 - the fixture
     tables = live_upstream
     job = write_job(tmp_path, tables)
-    snapshotted = run_snapshot(spark, load_job(job)).epoch  # in the test's own Spark
+    snapshotted = snapshot_in_process(spark, job).epoch
     forward = subprocess.Popen(submit("forward", "--job", str(job), "--stop-grace", "3"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)

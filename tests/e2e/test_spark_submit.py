@@ -13,7 +13,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
-from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.phases.snapshot import SnapshotResult, run_snapshot
 from airflow_backfill.job import load_job
 from airflow_backfill.process import stop_driver
 from oracle import assert_every_commit_matches
@@ -53,12 +53,17 @@ def write_job(tmp_path: Path, tables: dict[str, str], lag_threshold: int = 1) ->
     return path
 
 
+def snapshot_in_process(spark, job: Path, **options) -> SnapshotResult:
+    """The snapshot a test of a later phase starts from, made in the test session's own
+    Spark (a spark-submit costs half a minute of start-up; the processes under test follow)."""
+    return run_snapshot(spark, load_job(job), **options)
+
+
 def test_phases_as_spark_submit_processes(spark, tmp_path, tables):
     simulator = start_simulator(tables["source"], seed=5)
     job = write_job(tmp_path, tables)
     try:
-        # the snapshot's entry point runs in the crash and DAG tests; here the test's own Spark makes it
-        run_snapshot(spark, load_job(job))
+        snapshot_in_process(spark, job)  # its entry point runs in the crash and DAG tests
         done = subprocess.run(spark_submit("catch_up", "--job", str(job)), capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
         forward = subprocess.Popen(
