@@ -1,5 +1,6 @@
-"""SIGKILL a phase at each named point (and at random moments) while the upstream keeps
-committing, rerun it, and check the MV against the independent recomputation."""
+"""SIGKILL a spark-submit phase at each named point (and at random moments) while the
+upstream keeps committing, rerun it (in the test's Spark: recovery reads only what the
+killed process left on disk), and check the MV against the independent recomputation."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
-from test_spark_submit import snapshot_in_process, spark_submit, start_simulator, write_job
+from test_spark_submit import rerun_in_process, snapshot_in_process, spark_submit, start_simulator, write_job
 
 from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.simulator import commit_epoch, create_orders_table
@@ -110,8 +111,7 @@ def test_incremental_phase_killed_at_named_point(spark, tmp_path, live_upstream,
     extra = ("--max-epochs", "2", "--idle-timeout", "30") if phase == "forward" else ()
     crashed = run_phase(phase, job, f"{phase}:{point}", *extra)
     assert killed(crashed), crashed.stdout[-2000:]
-    rerun = run_phase(phase, job, None, *extra)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rerun_in_process(spark, phase, job)
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
 
@@ -136,8 +136,7 @@ def test_aggregate_killed_between_its_state_and_mv_commits(spark, tmp_path, live
         time.sleep(1.5)  # let a few epochs arrive
     crashed = run_phase(phase, job, f"{phase}:after_state_commit")
     assert killed(crashed), crashed.stdout[-2000:]
-    rerun = run_phase(phase, job)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rerun_in_process(spark, phase, job)
     checked = assert_every_commit_matches(tables["source"], tables["target"], AGGREGATE_QUERY, APP_ID,
                                           key=["customer_id"])
     if phase == "snapshot":
@@ -158,8 +157,7 @@ def test_random_kills_never_corrupt_the_mv(spark, tmp_path, live_upstream):
         time.sleep(rng.uniform(2.0, 9.0))
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-    rerun = run_phase("catch_up", job)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rerun_in_process(spark, "catch_up", job)
     watermark = DeltaTable(tables["target"]).transaction_version(APP_ID)
     assert watermark is not None
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])

@@ -13,6 +13,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import SnapshotResult, run_snapshot
 from airflow_backfill.job import load_job
 from airflow_backfill.process import stop_driver
@@ -57,6 +59,19 @@ def snapshot_in_process(spark, job: Path, **options) -> SnapshotResult:
     """The snapshot a test of a later phase starts from, made in the test session's own
     Spark (a spark-submit costs half a minute of start-up; the processes under test follow)."""
     return run_snapshot(spark, load_job(job), **options)
+
+
+def rerun_in_process(spark, phase: str, job: Path) -> None:
+    """The rerun after a killed spark-submit, in the test session's own Spark: recovery
+    is the engine's, read from the tables the killed process left; only the kill needs
+    a process of its own. Forward stops after two epochs or 30 s without one."""
+    loaded = load_job(job)
+    if phase == "snapshot":
+        run_snapshot(spark, loaded)
+    elif phase == "catch_up":
+        run_catch_up(spark, loaded)
+    else:
+        run_forward(spark, loaded, bounds=ForwardBounds(max_epochs=2, idle_timeout=30))
 
 
 def test_phases_as_spark_submit_processes(spark, tmp_path, tables):

@@ -5,26 +5,16 @@ takes seconds to start."""
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from airflow_processes import airflow_env, free_port, prepare_database, start, stop, wait_until_healthy
 
-ROOT = Path(__file__).resolve().parents[2]
 PASSWORDS = {"viewer": "viewer-secret", "editor": "editor-secret"}
-STARTUP_SECONDS = 180
 API_JOB = "api_orders_mv"
 BROWSER_JOB = "browser_orders_mv"
 DAG_ID = "plugin_test_backfill"
@@ -69,26 +59,6 @@ class ApiServer:
         return httpx.Client(base_url=f"{self.url}/airflow-backfill", headers=headers, timeout=60)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_until_up(url: str, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"airflow api-server exited with {process.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/api/v2/monitor/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"airflow api-server not up after {STARTUP_SECONDS}s:\n{log.read_text()[-4000:]}")
-
-
 def run_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     home = tmp_path_factory.mktemp("airflow_home")
     tables = tmp_path_factory.mktemp("plugin_tables")
@@ -96,46 +66,15 @@ def run_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServ
     dags.mkdir()
     (dags / "plugin_test_dag.py").write_text(textwrap.dedent(DAG_FILE.format(
         dag_id=DAG_ID, api_job=job_spec(API_JOB, tables), browser_job=job_spec(BROWSER_JOB, tables))))
-    passwords = home / "passwords.json"
-    passwords.write_text(json.dumps(PASSWORDS))
-    database = home / "airflow.db"
-    migrated = ROOT / ".airflow" / "airflow.db"  # `scripts/install.sh` migrated it; copying is faster
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
-        "AIRFLOW__CORE__AUTH_MANAGER":
-            "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "viewer:viewer,editor:user",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{database}",
-        "AIRFLOW__API__BASE_URL": url,
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-        "AIRFLOW__API__SECRET_KEY": secrets.token_hex(16),
-    }
-    airflow = [sys.executable, "-m", "airflow"]
-    if migrated.exists():
-        shutil.copy(migrated, database)
-    else:
-        subprocess.run([*airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    env = {**airflow_env(home, dags, url, PASSWORDS, {"viewer": "viewer", "editor": "user"}),
+           "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False"}
+    prepare_database(home / "airflow.db", env)
     log = home / "api-server.log"
-    with open(log, "w") as output:
-        process = subprocess.Popen(
-            [*airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+    process = start(["api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"], env, log)
     try:
-        _wait_until_up(url, process, log)
+        wait_until_healthy(f"{url}/api/v2/monitor/health", {"api-server": (process, log)})
         yield ApiServer(url=url, tables=tables)
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
+        stop([process])

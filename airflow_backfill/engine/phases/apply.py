@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine.aggregates.apply import apply_aggregate_changes, recover_state_ahead
 from airflow_backfill.engine.delta.change_feed import check_schema_unchanged, read_change_feed
 from airflow_backfill.engine.delta.commits import CommitInfo, merge_keyed
-from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import mv_changes, net_changes
 from airflow_backfill.engine.planning.query import referenced_columns
@@ -93,15 +93,16 @@ def apply_epochs(
     return applied
 
 
-def _feed_columns(spark: SparkSession, job: BackfillJob, plan: QueryPlan) -> list[str] | None:
+def _feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
     """The upstream columns a stateless round reads: the key and what the query references
-    (None: all of them, for `SELECT *`)."""
+    (None: all of them, for `SELECT *`). Their names come from the log the round already
+    follows with delta-rs: asking Spark would rebuild the upstream's snapshot for a list
+    of names."""
     referenced = referenced_columns(plan.query)
     if referenced is None:
         return None
     wanted = referenced | {column.lower() for column in plan.upstream_key}
-    upstream = spark.read.format("delta").load(job.source).columns
-    return [column for column in upstream if column.lower() in wanted]
+    return [column for column in arrow_schema(load_table(job.source)).names if column.lower() in wanted]
 
 
 def _apply_stateless(
@@ -113,7 +114,7 @@ def _apply_stateless(
     by them); the MERGE then reads them from memory. Returns (change rows read, MV rows
     the MERGE changed).
     """
-    feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(spark, job, plan)).cache()
+    feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:
         change_rows = feed.count()
         keyed = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
