@@ -49,6 +49,14 @@ def split_statuses(job: KafkaBackfillJob, ranges: dict[int, PartitionRange] | No
     ]
 
 
+def unfinished_splits(job: KafkaBackfillJob) -> tuple[int, dict[int, str]]:
+    """(partitions of the topic, the ones not Finished yet with their states): what the
+    sensor and its trigger wait on. A topic that grew counts its new partitions."""
+    statuses = split_statuses(job)
+    waiting = {s.partition: str(s.state) for s in statuses if s.state.kind != FINISHED}
+    return len(statuses), waiting
+
+
 def _offset(value: int) -> str:
     return "None" if value == NO_OFFSET else str(value)
 

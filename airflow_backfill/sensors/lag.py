@@ -7,32 +7,29 @@ before deferring, so an MV that is already caught up costs no deferral at all.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.configuration import conf
-from airflow.sdk import BaseSensorOperator, XComArg
-from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+from airflow.sdk import XComArg
 
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
-from airflow_backfill.triggers import DEFAULT_POLL_INTERVAL
+from airflow_backfill.sensors.deferrable import DeferrableSensor
+
+if TYPE_CHECKING:
+    from airflow.triggers.base import BaseTrigger
 
 
-class CaughtUpSensor(BaseSensorOperator):
+class CaughtUpSensor(DeferrableSensor):
     """Succeeds once the job's MV trails its upstream by at most `lag_threshold` epochs.
 
     :param job: the job (a BackfillJob, its mapping, or a YAML file path).
     :param reference_version: count pending epochs against this upstream version instead
         of the latest (templated; the DAG factory passes catch-up's hand-over version).
     :param lag_threshold: defaults to the job's.
-    :param deferrable: wait in the triggerer instead of poking from a worker (default:
-        the `[operators] default_deferrable` setting).
-    :param trigger_poll_interval: seconds between the trigger's reads of the Delta logs
-        (default 10: a triggerer serves many sensors; `poke_interval` is the worker's).
+
+    `deferrable` and `trigger_poll_interval` as in `DeferrableSensor`.
     """
 
     template_fields: Sequence[str] = ("reference_version",)
@@ -44,8 +41,6 @@ class CaughtUpSensor(BaseSensorOperator):
         job: BackfillJob | Mapping[str, Any] | str,
         reference_version: int | str | XComArg | None = None,
         lag_threshold: int | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
-        trigger_poll_interval: float = DEFAULT_POLL_INTERVAL,
         **kwargs: Any,
     ) -> None:
         self.job = as_job(job)
@@ -53,8 +48,6 @@ class CaughtUpSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.reference_version = reference_version
         self.lag_threshold = self.job.lag_threshold if lag_threshold is None else lag_threshold
-        self.deferrable = deferrable
-        self.trigger_poll_interval = trigger_poll_interval
 
     def _reference(self) -> int | None:
         value = self.reference_version
@@ -69,39 +62,19 @@ class CaughtUpSensor(BaseSensorOperator):
                       lag.watermark, lag.upstream_version, lag.pending_epochs, self.lag_threshold)
         return lag.pending_epochs is not None and lag.pending_epochs <= self.lag_threshold
 
-    def execute(self, context: Any) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        if self.poke(context):
-            return None
+    def make_trigger(self, deadline: float) -> BaseTrigger:
         from airflow_backfill.triggers.lag import CaughtUpTrigger  # only where a task defers
 
-        timeout = float(self.timeout)
-        self.defer(
-            trigger=CaughtUpTrigger(
-                source=self.job.source, target=self.job.target, app_id=self.job.app_id,
-                lag_threshold=self.lag_threshold, poll_interval=self.trigger_poll_interval,
-                reference_version=self._reference(), deadline=time.time() + timeout,
-            ),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=timeout),
+        return CaughtUpTrigger(
+            source=self.job.source, target=self.job.target, app_id=self.job.app_id,
+            lag_threshold=self.lag_threshold, poll_interval=self.trigger_poll_interval,
+            reference_version=self._reference(), deadline=deadline,
         )
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> None:
-        """Resume after the trigger: succeed on `success`, raise Airflow's exception otherwise."""
-        event = event or {}
-        status = event.get("status")
-        if status == "success":
-            self.log.info("caught up: watermark %s, pending epochs %s",
-                          event.get("watermark"), event.get("pending_epochs"))
-            return
-        if status == "timeout":
-            raise AirflowSensorTimeout(
-                f"MV {self.job.target} did not catch up within {float(self.timeout):g} s: watermark "
-                f"{event.get('watermark')}, upstream {event.get('upstream_version')}, pending epochs "
-                f"{event.get('pending_epochs')} > {self.lag_threshold}. Check the catch-up task's log; "
-                "raise lag_threshold or the backfill parallelism if the upstream writes faster."
-            )
-        if status == "error":
-            raise AirflowException(event.get("message"))
-        raise AirflowException(f"unexpected event from CaughtUpTrigger: {event!r}")
+    def timeout_message(self, event: dict[str, Any]) -> str:
+        return (
+            f"MV {self.job.target} did not catch up within {float(self.timeout):g} s: watermark "
+            f"{event.get('watermark')}, upstream {event.get('upstream_version')}, pending epochs "
+            f"{event.get('pending_epochs')} > {self.lag_threshold}. Check the catch-up task's log; "
+            "raise lag_threshold or the backfill parallelism if the upstream writes faster."
+        )

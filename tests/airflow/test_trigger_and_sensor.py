@@ -142,17 +142,25 @@ def test_sensor_defers_to_the_trigger_when_behind(job):
     assert deferred.value.method_name == "execute_complete"
 
 
-def test_sensor_follows_the_default_deferrable_setting(job, monkeypatch):
-    import airflow_backfill.sensors.lag as sensors
+@pytest.mark.parametrize("sensor", ["lag", "kafka"])
+def test_sensors_follow_the_default_deferrable_setting_when_the_dag_is_parsed(job, tmp_path, monkeypatch, sensor):
+    from airflow_backfill.kafka.config import KafkaPipeline
+    from airflow_backfill.sensors.kafka import SplitsFinishedSensor
 
-    assert CaughtUpSensor(task_id="wait", job=job).deferrable is False  # Airflow's default
+    def build(**kwargs):
+        if sensor == "lag":
+            return CaughtUpSensor(task_id="wait", job=job, **kwargs)
+        pipeline = KafkaPipeline.from_mapping({
+            "upstream": {"bootstrap_servers": "127.0.0.1:9092", "topic": "t", "value_schema": "id BIGINT"},
+            "source_job": {"name": "s", "table": str(tmp_path / "s")},
+            "backfill": {"name": "b", "query": "SELECT id FROM source", "target": str(tmp_path / "b")},
+        })
+        return SplitsFinishedSensor(task_id="wait", pipeline=pipeline, **kwargs)
+
+    assert build().deferrable is False  # Airflow's default
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
-    reloaded = importlib.reload(sensors)
-    try:
-        assert reloaded.CaughtUpSensor(task_id="wait", job=job).deferrable is True
-    finally:
-        monkeypatch.delenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE")
-        importlib.reload(sensors)
+    assert build().deferrable is True
+    assert build(deferrable=False).deferrable is False
 
 
 def test_sensor_fails_clearly_on_a_timeout_event(job):
