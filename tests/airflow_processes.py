@@ -33,6 +33,11 @@ def airflow_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "airflow", *args]
 
 
+def run_airflow(*args: str, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
+    """One Airflow CLI command to its end, its output captured."""
+    return subprocess.run(airflow_command(*args), env=env, capture_output=True, text=True, timeout=timeout)
+
+
 def airflow_env(home: Path, dags: Path, url: str, passwords: dict[str, str], roles: dict[str, str]) -> dict[str, str]:
     """The environment of an Airflow home: its DAG folder, its SQLite database, the API
     server at `url` with the simple auth manager (`roles`: user -> role, `passwords`:

@@ -8,7 +8,6 @@ query recomputed independently at its watermark after every commit."""
 from __future__ import annotations
 
 import signal
-import subprocess
 import textwrap
 import time
 from collections.abc import Iterator
@@ -19,10 +18,10 @@ import httpx
 import psutil
 import pytest
 from airflow_processes import (
-    airflow_command,
     airflow_env,
     free_port,
     prepare_database,
+    run_airflow,
     start,
     stop,
     wait_until_healthy,
@@ -168,11 +167,8 @@ def test_a_triggered_run_backfills_a_live_upstream_and_stops_forward_when_marked
     try:
         started_from = DeltaTable(job.source).version()
         wait_for(lambda: _parsed(airflow), "the DAG processor parsing the DAG", 180, airflow)
-        triggered = subprocess.run(
-            airflow_command("dags", "trigger", DAG_ID, "--run-id", RUN_ID, "--conf",
-                            '{"forward_max_epochs": null, "forward_idle_timeout": null}'),
-            env=airflow.env, capture_output=True, text=True, timeout=300,
-        )
+        triggered = run_airflow("dags", "trigger", DAG_ID, "--run-id", RUN_ID, "--conf",
+                                '{"forward_max_epochs": null, "forward_idle_timeout": null}', env=airflow.env)
         assert triggered.returncode == 0, triggered.stdout[-3000:] + triggered.stderr[-3000:]
         wait_for(lambda: _forward_committed(job), "a forward commit", RUN_TIMEOUT_S, airflow)
         assert _forward_processes(), "forward committed but its driver is not running"
