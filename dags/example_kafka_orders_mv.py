@@ -1,7 +1,8 @@
 """Example: an MV over a Kafka topic, backfilled per partition while the source job ingests it.
 
-Run with `airflow dags test example_kafka_orders_mv` once a broker serves the topic named
-in jobs/kafka_orders_mv.yaml (scripts/demo.sh starts a loopback broker and a producer).
+Run with `AIRFLOW_BACKFILL_KAFKA=host:port airflow dags test example_kafka_orders_mv` once a
+Kafka broker at that address serves the topic named in jobs/kafka_orders_mv.yaml (the
+tests start one on loopback from the jars in jars/kafka-broker: tests/kafka_fixtures.py).
 """
 
 from __future__ import annotations
