@@ -126,3 +126,13 @@ def test_kafka_job_file_round_trip(tmp_path):
         KafkaPipeline.from_mapping({**data, "backfill": {**data["backfill"], "parallelism": 3}})
     with pytest.raises(BackfillConfigError, match="does not exist"):
         load_kafka_pipeline(str(tmp_path / "missing.yaml"))
+
+
+def test_the_loopback_broker_never_formats_with_an_id_read_as_an_option(monkeypatch):
+    import uuid
+
+    from airflow_backfill.kafka import loopback_broker
+
+    ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" * 16)])
+    monkeypatch.setattr(loopback_broker.uuid, "uuid4", lambda: next(ids))
+    assert loopback_broker._cluster_id() == "EBAQEBAQEBAQEBAQEBAQEA"  # the first one began with "-"

@@ -72,6 +72,15 @@ def _server_properties(log_dirs: str, port: int, controller_port: int) -> str:
     ])
 
 
+def _cluster_id() -> str:
+    """A random KRaft cluster id. Kafka's own never starts with "-": the storage tool would
+    read such an id as an option and refuse to format (one start in 64 would fail)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass
 class LoopbackBroker:
     """One broker process; `bootstrap_servers` is what clients and Spark connect to."""
@@ -94,7 +103,7 @@ class LoopbackBroker:
         with open(properties, "w", encoding="utf-8") as handle:
             handle.write(_server_properties(os.path.join(self.workdir, "data"), self.port, controller_port))
         java = ["java", f"-Xmx{self.heap}", "-Xms128m", "-cp", classpath]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", properties],
             check=True, capture_output=True, timeout=timeout,
