@@ -74,7 +74,7 @@ class PollingTrigger(BaseTrigger):
                     return
             else:
                 failures = 0
-                self.log.debug("%s: %s", self.subject, poll.message)
+                self.log.debug("%s: done=%s %s", self.subject, poll.done, poll.facts)
                 if poll.done:
                     yield self._event("success", poll.message, poll.facts)
                     return
