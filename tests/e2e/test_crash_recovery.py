@@ -41,6 +41,18 @@ def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> s
     )
 
 
+def wait_for_backlog(tables: dict[str, str]) -> None:
+    """Wait until the upstream is more than the lag threshold ahead of the MV, so that a
+    catch-up started now has at least one round to run (and to be killed in)."""
+    watermark = read_watermark(tables["target"], APP_ID)
+    assert watermark is not None
+    wanted = watermark + LAG_THRESHOLD + 1
+    deadline = time.monotonic() + 60
+    while DeltaTable(tables["source"]).version() < wanted:
+        assert time.monotonic() < deadline, f"the simulator did not reach version {wanted} within 60 s"
+        time.sleep(0.2)
+
+
 def killed(done: subprocess.CompletedProcess) -> bool:
     # spark-submit reports its Python child's SIGKILL as a non-zero exit; the child's
     # output reaches spark-submit's stdout
@@ -107,7 +119,7 @@ def test_incremental_phase_killed_at_named_point(spark, tmp_path, live_upstream,
     tables = live_upstream
     job = write_job(tmp_path, tables, LAG_THRESHOLD)
     snapshot_in_process(spark, job)
-    time.sleep(1.5)  # let a few epochs arrive
+    wait_for_backlog(tables)
     extra = ("--max-epochs", "2", "--idle-timeout", "30") if phase == "forward" else ()
     crashed = run_phase(phase, job, f"{phase}:{point}", *extra)
     assert killed(crashed), crashed.stdout[-2000:]
@@ -133,7 +145,7 @@ def test_aggregate_killed_between_its_state_and_mv_commits(spark, tmp_path, live
     }))
     if phase == "catch_up":
         snapshot_in_process(spark, job)
-        time.sleep(1.5)  # let a few epochs arrive
+        wait_for_backlog(tables)
     crashed = run_phase(phase, job, f"{phase}:after_state_commit")
     assert killed(crashed), crashed.stdout[-2000:]
     rerun_in_process(spark, phase, job)
