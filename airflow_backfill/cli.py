@@ -28,6 +28,7 @@ from airflow_backfill.kafka.cli import add_kafka_status
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.control import BackfillSettings
+    from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger("airflow_backfill.cli")
 
@@ -142,11 +143,33 @@ def _add_status(subparsers: Any) -> None:
     parser.set_defaults(run=_run_status)
 
 
-def _run_status(args: argparse.Namespace) -> int:
-    from airflow_backfill.engine.status import format_status, job_status
+def _load_job(path: str) -> BackfillJob:
+    """The job file's job; with an `aws_conn_id`, its tables on S3 are read with that
+    Airflow connection's credentials (else with the shell's AWS_* variables)."""
+    from airflow_backfill.hooks.delta import DeltaBackfillHook
     from airflow_backfill.job import load_job
 
-    status = job_status(load_job(args.job))
+    job = load_job(path)
+    if job.aws_conn_id:
+        DeltaBackfillHook.for_job(job).register_storage()
+    return job
+
+
+def _configure_spark_storage(spark: Any, job: BackfillJob) -> None:
+    """Give a Spark session the job's S3 connection (commands that start Spark here)."""
+    if job.aws_conn_id:
+        from airflow_backfill.hooks.delta import DeltaBackfillHook
+        from airflow_backfill.storage.spark_s3 import configure_s3a
+
+        settings = DeltaBackfillHook.for_job(job).s3_settings()
+        if settings is not None:
+            configure_s3a(spark, settings)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from airflow_backfill.engine.status import format_status, job_status
+
+    status = job_status(_load_job(args.job))
     if args.json:
         print(json.dumps(status.to_dict(), sort_keys=True, default=str))
     else:
@@ -178,11 +201,11 @@ def _add_verify(subparsers: Any) -> None:
 def _run_verify(args: argparse.Namespace) -> int:
     from airflow_backfill.engine.spark_session import build_spark_session
     from airflow_backfill.engine.verify import mv_version_and_watermark, verify_mv
-    from airflow_backfill.job import load_job
 
-    job = load_job(args.job)
+    job = _load_job(args.job)
     mv_version_and_watermark(job)  # a missing MV is an error before a JVM starts
     spark = build_spark_session(f"airflow_backfill:{job.name}:verify", args.parallelism or job.parallelism)
+    _configure_spark_storage(spark, job)
     try:
         report = verify_mv(spark, job, key_ranges=args.key_ranges, show=args.show)
     finally:
@@ -300,10 +323,9 @@ def _describe(settings: BackfillSettings | None) -> str:
 
 def _run_alter(args: argparse.Namespace) -> int:
     from airflow_backfill.engine.control import apply_alter
-    from airflow_backfill.job import load_job
 
     overrides = _requested_overrides(args)  # usage errors first, before the job file is read
-    job = load_job(args.job)
+    job = _load_job(args.job)
     result = apply_alter(job, overrides, reset=args.reset)
     action = "reset to the job's values" if args.reset else "altered"
     print(f"job {job.name}: {action}: {_describe(result.before)} -> {_describe(result.after)}")
@@ -335,10 +357,10 @@ def _add_maintain(subparsers: Any) -> None:
 def _run_maintain(args: argparse.Namespace) -> int:
     from airflow_backfill.engine.maintenance import maintain_mv
     from airflow_backfill.engine.spark_session import build_spark_session
-    from airflow_backfill.job import load_job
 
-    job = load_job(args.job)
+    job = _load_job(args.job)
     spark = build_spark_session(f"airflow_backfill-{job.name}-maintain", args.parallelism or job.backfill_parallelism)
+    _configure_spark_storage(spark, job)
     try:
         result = maintain_mv(spark, job, cluster=args.cluster, purge=args.purge, vacuum=args.vacuum)
     finally:

@@ -86,7 +86,7 @@ def backfill_home() -> str:
     return os.path.expanduser(os.environ.get(HOME_VARIABLE) or DEFAULT_HOME)
 
 
-def expand_path(value: str) -> str:
+def expand_variables(value: str) -> str:
     """Expand `~` and `${VARS}` (AIRFLOW_BACKFILL_HOME has a default); refuse unset variables."""
     variables = {**os.environ, HOME_VARIABLE: backfill_home()}
     expanded = os.path.expanduser(string.Template(value).safe_substitute(variables))
@@ -94,22 +94,33 @@ def expand_path(value: str) -> str:
         raise BackfillConfigError(
             f"{value!r} uses an environment variable that is not set; export it or write the path out."
         )
-    return os.path.abspath(expanded)
+    return expanded
+
+
+
+OBJECT_STORE_URI = re.compile(r"^s3a?://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^?#]*)?$")
 
 
 def normalize_table_uri(name: str, value: Any) -> str:
-    """An absolute local path for a Delta table; `~` and `${VARS}` are expanded."""
+    """An absolute local path (`~` and `${VARS}` expanded) or an `s3://bucket/prefix` URI."""
     if not isinstance(value, str) or not value.strip():
         raise BackfillConfigError(f"{name} must be a Delta table path or URI, got {value!r}.")
-    value = value.strip()
+    value = expand_variables(value.strip())
     if value.startswith("file://"):
         value = value[len("file://") :]
+    if value.startswith(("s3://", "s3a://")):
+        if not OBJECT_STORE_URI.match(value) or value.rstrip("/").count("/") < 3:
+            raise BackfillConfigError(
+                f"{name}={value!r} is not a table URI on S3; write s3://bucket/path/to/table "
+                "(a lowercase bucket name and a path below it)."
+            )
+        return value.rstrip("/")
     if "://" in value:
         raise BackfillConfigError(
-            f"{name}={value!r}: only local Delta tables (a path or file://) are supported; "
-            "copy the table to a local or mounted path."
+            f"{name}={value!r}: Delta tables are supported on local paths (a path or file://) and "
+            "on S3-compatible stores (s3://bucket/path); copy the table to one of those."
         )
-    return expand_path(value)
+    return os.path.abspath(value)
 
 
 @dataclass(frozen=True)
@@ -119,9 +130,9 @@ class BackfillJob:
     name: str
     """Identifies the job; the MV's app transaction id is `airflow_backfill/<name>`."""
     source: str
-    """Upstream Delta table (path or file:// URI). It must have the Change Data Feed on."""
+    """Upstream Delta table (path, file:// or s3:// URI). It must have the Change Data Feed on."""
     target: str
-    """The MV's Delta table (path or file:// URI). Created by the snapshot phase."""
+    """The MV's Delta table (path, file:// or s3:// URI). Created by the snapshot phase."""
     query: str
     """Spark SQL over the table name `source` that defines the MV."""
     primary_key: tuple[str, ...]
@@ -152,6 +163,9 @@ class BackfillJob:
     the MV is created. The proof is a shuffle of the key columns; set False only when the
     upstream guarantees its key (e.g. it is another job's MV keyed the same way), since a
     duplicate key then goes undetected and catch-up keeps one row per key."""
+    aws_conn_id: str | None = None
+    """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
+    tables on S3. Its credentials reach spark-submit as environment variables only."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Free-form user metadata, kept but not interpreted."""
 
@@ -182,6 +196,8 @@ class BackfillJob:
         validate_max_stalled_rounds(self.max_stalled_rounds)
         validate_round_bound("max_round_epochs", self.max_round_epochs)
         validate_round_bound("max_round_bytes", self.max_round_bytes)
+        if self.aws_conn_id is not None and (not isinstance(self.aws_conn_id, str) or not self.aws_conn_id.strip()):
+            raise BackfillConfigError(f"aws_conn_id must be an Airflow connection id, got {self.aws_conn_id!r}.")
         if not isinstance(self.verify_primary_key, bool):
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."

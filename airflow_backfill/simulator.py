@@ -28,9 +28,11 @@ from airflow_backfill.engine.delta.log import (
     CDF_PROPERTY,
     CHECKPOINT_INTERVAL_PROPERTY,
     UPSTREAM_CHECKPOINT_INTERVAL,
+    delta_table,
     table_exists,
 )
 from airflow_backfill.exceptions import BackfillConfigError, UpstreamError
+from airflow_backfill.storage.s3_settings import storage_options
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +112,7 @@ def create_orders_table(uri: str, rows: int, seed: int, *, reuse: bool = False) 
                 f"upstream {uri} already exists; pass reuse=True to keep committing to it "
                 "or delete the folder to start over."
             )
-        table = DeltaTable(uri)
+        table = delta_table(uri)
         if str(table.metadata().configuration.get(CDF_PROPERTY, "false")).lower() != "true":
             raise UpstreamError(f"upstream {uri} exists but does not have the Change Data Feed on.")
         return table.version()
@@ -127,8 +129,9 @@ def create_orders_table(uri: str, rows: int, seed: int, *, reuse: bool = False) 
         name="orders",
         configuration={CDF_PROPERTY: "true", CHECKPOINT_INTERVAL_PROPERTY: UPSTREAM_CHECKPOINT_INTERVAL},
         commit_properties=CommitProperties(custom_metadata={"simulator.rows": str(rows)}),
+        storage_options=storage_options(uri),
     )
-    version = DeltaTable(uri).version()
+    version = delta_table(uri).version()
     log.info("created upstream %s with %s orders at version %s (seed %s)", uri, rows, version, seed)
     return version
 
@@ -203,7 +206,7 @@ def commit_epoch_counts(uri: str, rng: random.Random, inserts: int, updates: int
     """`commit_epoch`, also returning how many rows of each kind the epoch changed."""
     _check_counts(inserts, updates, deletes)
     for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
-        table = DeltaTable(uri)
+        table = delta_table(uri)
         changes = _plan_epoch(table, rng, inserts, updates, deletes)
         try:
             _merge(table, changes)

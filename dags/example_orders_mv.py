@@ -10,9 +10,15 @@ stops after `forward_max_epochs` epochs or `forward_idle_timeout` idle seconds, 
 `--conf '{"forward_max_epochs": null}'` to keep it running, or override
 `backfill_parallelism`, `parallelism`, `rate_limit`, `lag_threshold` for one run.
 The same job as a YAML file: jobs/orders_mv.yaml.
+
+Tables on S3 (or an S3-compatible store): set AIRFLOW_BACKFILL_HOME=s3://bucket/prefix
+and AIRFLOW_BACKFILL_AWS_CONN_ID to an Airflow connection of the `aws` type (keys,
+region, `endpoint_url` in its extra for a non-AWS store); see docs/object_storage.md.
 """
 
 from __future__ import annotations
+
+import os
 
 import pendulum
 from airflow.sdk import DAG
@@ -33,6 +39,7 @@ ORDERS_MV = BackfillJob(
     backfill_parallelism=2,
     parallelism=1,
     lag_threshold=1,
+    aws_conn_id=os.environ.get("AIRFLOW_BACKFILL_AWS_CONN_ID") or None,
 )
 # [END example_orders_mv_job]
 

@@ -6,9 +6,12 @@
 #                                                       are left out so one version of each class is loaded
 #   jars/kafka-broker/pom.xml -> jars/kafka-broker/lib  Apache Kafka's broker for the loopback test broker,
 #                                                       run with the JDK; never on Spark's classpath
+#   jars/s3/pom.xml           -> jars/s3/lib            Hadoop's S3A connector (hadoop-aws, AWS SDK v2 modules),
+#                                                       loaded through spark.driver/executor.extraClassPath;
+#                                                       jars that pyspark ships are left out as for jars/lib
 # Each folder is skipped when it already matches its pom. Also writes jars/conf/spark-defaults.conf
-# (Delta's jars, extension and catalog), which scripts/env.sh points SPARK_CONF_DIR at, so that a
-# spark-submit run by hand loads them at launch too.
+# (Delta's jars, extension and catalog, the S3A classpath), which scripts/env.sh points SPARK_CONF_DIR
+# at, so that a spark-submit run by hand loads them at launch too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,4 +60,5 @@ for key, value in delta_spark_conf().items(): print(key, value)' >jars/conf/spar
 
 fetch jars/pom.xml jars/lib yes
 fetch jars/kafka-broker/pom.xml jars/kafka-broker/lib no
+fetch jars/s3/pom.xml jars/s3/lib yes
 write_spark_defaults

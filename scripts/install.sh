@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a machine, or does nothing when it already is: Java 17 for Spark (when missing),
-# a .venv with the package, its test, demo and openlineage extras at the tested versions
-# (constraints-3.11.txt), the Delta jars, and an Airflow home with an initialised SQLite
+# a .venv with the package, its test, demo, openlineage and s3 extras at the tested versions
+# (constraints-3.11.txt), the Delta and S3A jars, and an Airflow home with an initialised SQLite
 # database. The demo and test scripts run it first, so it must stay fast when nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,9 +32,9 @@ want=$(cat setup.cfg setup.py pyproject.toml constraints-3.11.txt | sha256sum | 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "== .venv is up to date with setup.cfg and constraints-3.11.txt"
 else
-  echo "== installing airflow-backfill with its test, demo and openlineage extras (constraints-3.11.txt)"
+  echo "== installing airflow-backfill with its test, demo, openlineage and s3 extras (constraints-3.11.txt)"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -c constraints-3.11.txt -e '.[test,demo,openlineage]'
+  .venv/bin/python -m pip install -q -c constraints-3.11.txt -e '.[test,demo,openlineage,s3]'
   echo "$want" >"$stamp"
 fi
 

@@ -61,6 +61,29 @@ def spark_cluster(tmp_path_factory):
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """An S3-compatible server on 127.0.0.1 for the whole test session."""
+    from s3_server import s3_server
+
+    with s3_server(tmp_path_factory.mktemp("s3-server")) as server:
+        yield server
+
+
+@pytest.fixture
+def s3_tables(s3, spark, monkeypatch) -> dict[str, str]:
+    """An upstream and MV location in a fresh bucket; this process (engine, delta-rs, the
+    oracle) and the shared Spark session reach the server through its settings."""
+    from airflow_backfill.storage.spark_s3 import configure_s3a
+
+    for variable, value in s3.settings().environment().items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    configure_s3a(spark, s3.settings())
+    bucket = s3.new_bucket()
+    return {"source": f"s3://{bucket}/lake/orders", "target": f"s3://{bucket}/lake/orders_mv"}
+
+
 @pytest.fixture
 def tables(tmp_path: Path) -> dict[str, str]:
     """Paths for an upstream and its MV inside the test's temporary directory."""

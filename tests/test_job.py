@@ -41,7 +41,10 @@ def test_job_file_round_trip(tmp_path):
         ({"primary_key": []}, "primary_key must be a column name"),
         ({"primary_key": ["a", "a"]}, "lists a column twice"),
         ({"target": "/data/orders"}, "source and target are the same table"),
-        ({"source": "s3://bucket/orders"}, "only local Delta tables"),
+        ({"source": "gs://bucket/orders"}, "on local paths (a path or file://) and on S3-compatible stores"),
+        ({"source": "s3://bucket"}, "is not a table URI on S3"),
+        ({"source": "s3://Bad_Bucket/orders"}, "is not a table URI on S3"),
+        ({"aws_conn_id": ""}, "aws_conn_id must be an Airflow connection id"),
         ({"query": " "}, "query must be a non-empty"),
         ({"poll_interval": 0}, "poll_interval must be in"),
         ({"verify_primary_key": "no"}, "verify_primary_key must be true or false"),
@@ -83,3 +86,10 @@ def test_paths_expand_the_backfill_home_and_refuse_unset_variables(monkeypatch, 
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     with pytest.raises(BackfillConfigError, match="environment variable that is not set"):
         BackfillJob.from_mapping({**VALID, "source": "${NOT_SET_ANYWHERE}/orders"})
+
+
+def test_s3_tables_are_kept_as_uris_and_name_their_connection():
+    job = BackfillJob.from_mapping({**VALID, "source": "s3://lake/orders/", "target": "s3a://lake/mv/orders",
+                                    "aws_conn_id": "lake"})
+    assert (job.source, job.target, job.aws_conn_id) == ("s3://lake/orders", "s3a://lake/mv/orders", "lake")
+    assert BackfillJob.from_mapping(job.to_mapping()) == job

@@ -53,11 +53,17 @@ def forward_all(spark, mv: BackfillJob) -> None:
 
 @pytest.mark.parametrize("chain", sorted(CHAINS))
 def test_a_chain_of_mvs_matches_at_every_commit(spark, tmp_path: Path, chain: str):
+    check_chain(spark, str(tmp_path), chain)
+
+
+def check_chain(spark, root: str, chain: str) -> None:
+    """Build the chain's two MVs under `root` (a folder or an s3:// prefix) through every
+    phase and check both at every commit."""
     query1, key1, mv_key1, query2, mv_key2 = CHAINS[chain]
     rng = random.Random(chain)
-    upstream: Upstream = create(str(tmp_path / "upstream"), [values(rng) for _ in range(12)])
-    mv1 = job("mv1", upstream.uri, str(tmp_path / "mv1"), query1, key1)
-    mv2 = job("mv2", mv1.target, str(tmp_path / "mv2"), query2, mv_key1)
+    upstream: Upstream = create(f"{root}/upstream", [values(rng) for _ in range(12)])
+    mv1 = job("mv1", upstream.uri, f"{root}/mv1", query1, key1)
+    mv2 = job("mv2", mv1.target, f"{root}/mv2", query2, mv_key1)
 
     run_snapshot(spark, mv1)
     apply_epoch(upstream, random_ops(rng))

@@ -75,7 +75,7 @@ def test_demo_tools_are_an_extra_not_a_runtime_dependency():
     assert "tpchgen-cli" in {canonical(r.name) for r in requirements("options.extras_require", "demo")}
 
 
-OPTIONAL_MODULES = {"lineage.py": "openlineage"}
+OPTIONAL_MODULES = {"lineage.py": "openlineage", "lease.py": "s3"}
 """Modules only imported when an extra is installed, and that extra."""
 
 

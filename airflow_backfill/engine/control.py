@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +26,8 @@ from airflow_backfill.engine import job_state
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import validate_parallelism, validate_rate_limit, validate_round_bound
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
@@ -58,7 +58,7 @@ class BackfillSettings:
 
 
 def control_path(target: str) -> str:
-    return os.path.join(state_dir(target), CONTROL_FILE)
+    return join(state_dir(target), CONTROL_FILE)
 
 
 def _validate(overrides: dict[str, Any], origin: str) -> dict[str, Any]:
@@ -90,11 +90,11 @@ def validate_override_rate_limit(value: Any) -> int | None:
 def read_overrides(target: str) -> dict[str, Any]:
     """The validated overrides ({} when none); a damaged file is an error, never ignored."""
     path = control_path(target)
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
+    text = files.read_text(path)
+    if text is None:
         return {}
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as error:
         raise BackfillConfigError(
             f"{path} is not valid JSON ({error}); run `airflow-backfill alter --job FILE --reset` "
@@ -109,21 +109,13 @@ def write_overrides(target: str, **overrides: Any) -> dict[str, Any]:
     """Validate and merge overrides into the control file (atomic replace)."""
     _validate(overrides, "alter")
     data = {**read_overrides(target), **overrides, "altered_at": time.time()}
-    directory = state_dir(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".control-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp_path, control_path(target))
+    files.write_text(control_path(target), json.dumps(data, indent=2, sort_keys=True))
     return data
 
 
 def reset_overrides(target: str) -> None:
     """Remove every override: the job's own values apply from the next safe point."""
-    try:
-        os.remove(control_path(target))
-    except FileNotFoundError:
-        pass
+    files.remove(control_path(target))
 
 
 def effective_settings(job: BackfillJob, parallelism: int | None = None) -> BackfillSettings:

@@ -9,10 +9,11 @@ CLI, the logs and the Airflow UI; losing it loses no data.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from typing import Any
+
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join
 
 STATE_DIR = "_airflow_backfill"
 STATE_FILE = "state.json"
@@ -26,27 +27,19 @@ STATE_CREATED = "created"
 
 
 def state_dir(target: str) -> str:
-    return os.path.join(target, STATE_DIR)
+    return join(target, STATE_DIR)
 
 
 def read_state(target: str) -> dict[str, Any]:
     """The last recorded state ({} when the job never ran)."""
-    try:
-        with open(os.path.join(state_dir(target), STATE_FILE)) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return {}
+    text = files.read_text(join(state_dir(target), STATE_FILE))
+    return {} if text is None else dict(json.loads(text))
 
 
 def update_state(target: str, **fields: Any) -> dict[str, Any]:
-    """Merge `fields` into the state file atomically (write then rename)."""
+    """Merge `fields` into the state file atomically (no reader sees half of it)."""
     state = read_state(target)
     state.update(fields)
     state["updated_at"] = time.time()
-    directory = state_dir(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".state-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(state, handle, indent=2, sort_keys=True)
-    os.replace(tmp_path, os.path.join(directory, STATE_FILE))
+    files.write_text(join(state_dir(target), STATE_FILE), json.dumps(state, indent=2, sort_keys=True))
     return state

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.storage.spark_s3 import configure_s3a_from_environment
 
 if TYPE_CHECKING:
     from pyspark import SparkConf
@@ -73,6 +74,7 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _require_delta(session)
+    configure_s3a_from_environment(session)
     log.info("spark session master=%s parallelism=%s", master, parallelism)
     return session
 

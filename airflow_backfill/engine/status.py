@@ -13,13 +13,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from deltalake import DeltaTable
-
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import PAUSED_RATE_LIMIT, read_overrides
 from airflow_backfill.engine.delta.log import (
     commit_metadata,
     commit_timestamp,
+    delta_table,
     last_commit_metadata,
     latest_version,
     read_watermark,
@@ -115,7 +114,7 @@ def job_status(job: BackfillJob) -> JobStatus:
     watermark = read_watermark(job.target, job.app_id)
     mv_version = None
     if table_exists(job.target):
-        mv_version = DeltaTable(job.target).version()
+        mv_version = delta_table(job.target).version()
     pending = lag_seconds = None
     if upstream_version is not None and watermark is not None:
         pending = max(0, upstream_version - watermark)
@@ -169,7 +168,7 @@ def _control_status(job: BackfillJob, overrides: dict[str, Any], progress: dict[
 def mv_commits(target: str, limit: int = COMMITS_SHOWN) -> list[dict[str, Any]]:
     """The MV's latest commits with the parallelism each one recorded, newest first."""
     commits = []
-    for entry in DeltaTable(target).history(limit=limit):
+    for entry in delta_table(target).history(limit=limit):
         metadata = commit_metadata(entry)
         if not metadata:
             continue

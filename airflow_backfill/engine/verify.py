@@ -81,13 +81,11 @@ class VerifyReport:
 
 def mv_version_and_watermark(job: BackfillJob) -> tuple[int, int]:
     """The MV's latest version and the watermark committed with it (one consistent pair)."""
-    from deltalake import DeltaTable
-
-    from airflow_backfill.engine.delta.log import table_exists
+    from airflow_backfill.engine.delta.log import delta_table, table_exists
 
     if not table_exists(job.target):
         raise TargetError(f"MV {job.target} does not exist yet: run the job's snapshot phase first.")
-    table = DeltaTable(job.target)
+    table = delta_table(job.target)
     watermark = table.transaction_version(job.app_id)
     if watermark is None:
         raise TargetError(

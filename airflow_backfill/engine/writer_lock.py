@@ -1,9 +1,11 @@
 """One writer per MV: an exclusive lock held for the whole of a phase.
 
-The lock is an `flock` on `<target>/_airflow_backfill/writer.lock`. The kernel drops it
-when the holder exits, however it exits (SIGKILL included), so a crashed run never
-leaves a stale lock behind. A second run of the same job fails at once with the
-holder's details instead of interleaving commits with it.
+Locally the lock is an `flock` on `<target>/_airflow_backfill/writer.lock`. The kernel
+drops it when the holder exits, however it exits (SIGKILL included), so a crashed run
+never leaves a stale lock behind. On S3 it is a lease taken with a conditional write
+(storage/lease.py), which a crashed holder stops renewing. Either way a second run of
+the same job fails at once with the holder's details instead of interleaving commits
+with it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from contextlib import contextmanager
 
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
+from airflow_backfill.storage.lease import s3_writer_lease
+from airflow_backfill.storage.uri import is_object_store, join
 
 LOCK_FILE = "writer.lock"
+LEASE_FILE = "writer.lease"
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +33,10 @@ log = logging.getLogger(__name__)
 @contextmanager
 def writer_lock(target: str, job_name: str, phase: str) -> Iterator[None]:
     """Hold the MV's writer lock for the block, or raise TargetError naming the holder."""
+    if is_object_store(target):
+        with s3_writer_lease(join(state_dir(target), LEASE_FILE), target, job_name, phase):
+            yield
+        return
     directory = state_dir(target)
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, LOCK_FILE)

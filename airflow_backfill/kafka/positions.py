@@ -53,11 +53,11 @@ class BackfillPosition:
 
 def _latest_with(uri: str, key: str) -> tuple[int, dict[str, Any]] | None:
     """(version, metadata) of the latest commit carrying `airflow_backfill.<key>`."""
-    from deltalake import DeltaTable
+    from airflow_backfill.engine.delta.log import delta_table
 
     if not table_exists(uri):
         return None
-    for entry in DeltaTable(uri).history(limit=_HISTORY_DEPTH):
+    for entry in delta_table(uri).history(limit=_HISTORY_DEPTH):
         metadata = commit_metadata(entry)
         if key in metadata:
             return int(entry["version"]), metadata

@@ -118,19 +118,42 @@ class _PhaseOperator(SparkSubmitOperator):
         sizing = self.sizing(parallelism)
         # The user's conf wins (a cluster with its own Delta jars sets spark.jars), except
         # the cores per executor: theirs is the upper bound the sizing already honoured.
-        self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
+        self.conf = {**delta_spark_conf(), **sizing, **self.object_store_conf(job), **(self.conf or {})}
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
                       self.phase, job.name, parallelism, job.source, job.target)
         super().execute(context)
-        watermark = DeltaBackfillHook(job.source, job.target, job.app_id).watermark()
+        watermark = DeltaBackfillHook.for_job(job).watermark()
         self.committed_watermark = watermark
         self.log.info("%s done: the MV's committed watermark is %s", self.phase, watermark)
         if self.xcom_key:
             context["ti"].xcom_push(key=self.xcom_key, value=watermark)
         self.annotate_asset_events(context, job, watermark)
         self.after_commit(context, watermark)
+
+    def object_store_conf(self, job: BackfillJob) -> dict[str, str]:
+        """S3A settings for a job with an `aws_conn_id`; its credentials go to spark-submit's
+        environment, never to its command line.
+
+        YARN and Kubernetes drivers only receive environment variables through `--conf`
+        (visible in process lists), so there the cluster's own S3A credentials (instance
+        role, IRSA...) apply and only the endpoint and region are passed.
+        """
+        settings = DeltaBackfillHook.for_job(job).s3_settings()
+        if settings is None:
+            return {}
+        from airflow.sdk.log import mask_secret
+
+        for secret in settings.secrets():
+            mask_secret(secret)
+        master = spark_master(self.spark_conn_id)
+        if master.startswith(("yarn", "k8s://")):
+            self.log.info("S3 tables on %s: the cluster's own S3A credentials apply (only the endpoint and "
+                          "region of %s are passed)", master, job.aws_conn_id)
+        else:
+            self.env_vars = {**(self.env_vars or {}), **settings.environment()}
+        return {f"spark.hadoop.{key}": value for key, value in settings.hadoop_conf(with_secrets=False).items()}
 
     def annotate_asset_events(self, context: Any, job: BackfillJob, watermark: int | None) -> None:
         """Put the watermark in the `extra` of each asset event this task emits, so a DAG
@@ -161,7 +184,7 @@ class _PhaseOperator(SparkSubmitOperator):
 
         watermark = getattr(self, "committed_watermark", None)
         if watermark is None:
-            watermark = DeltaBackfillHook(self.job.source, self.job.target, self.job.app_id).watermark()
+            watermark = DeltaBackfillHook.for_job(self.job).watermark()
         return phase_lineage(self.job, self.phase, watermark)
 
 

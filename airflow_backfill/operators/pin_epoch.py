@@ -62,7 +62,7 @@ class PinEpochOperator(BaseBranchOperator):
         if overrides:
             self.log.info("this run's overrides: %s", overrides)
         plan_query(job.query, job.primary_key)
-        hook = DeltaBackfillHook(job.source, job.target, job.app_id)
+        hook = DeltaBackfillHook.for_job(job)
         upstream_version = hook.check_upstream()
         watermark = hook.watermark()
         ti = context["ti"]

@@ -56,7 +56,7 @@ class CaughtUpSensor(DeferrableSensor):
         return int(value)  # type: ignore[arg-type]
 
     def poke(self, context: Any) -> bool:
-        hook = DeltaBackfillHook(self.job.source, self.job.target, self.job.app_id)
+        hook = DeltaBackfillHook.for_job(self.job)
         lag = hook.lag(self._reference())
         self.log.info("watermark %s, upstream %s, pending epochs %s (threshold %s)",
                       lag.watermark, lag.upstream_version, lag.pending_epochs, self.lag_threshold)
@@ -66,7 +66,7 @@ class CaughtUpSensor(DeferrableSensor):
         from airflow_backfill.triggers.lag import CaughtUpTrigger  # only where a task defers
 
         return CaughtUpTrigger(
-            source=self.job.source, target=self.job.target, app_id=self.job.app_id,
+            source=self.job.source, target=self.job.target, app_id=self.job.app_id, aws_conn_id=self.job.aws_conn_id,
             lag_threshold=self.lag_threshold, poll_interval=self.trigger_poll_interval,
             reference_version=self._reference(), deadline=deadline,
         )

@@ -24,6 +24,7 @@ class CaughtUpTrigger(PollingTrigger):
 
     :param deadline: a POSIX timestamp (seconds) after which the trigger reports
         `timeout`; None waits without a deadline.
+    :param aws_conn_id: the job's `aws` connection, for tables on S3 (read in the triggerer).
     """
 
     def __init__(
@@ -35,8 +36,10 @@ class CaughtUpTrigger(PollingTrigger):
         poll_interval: float = DEFAULT_POLL_INTERVAL,
         reference_version: int | None = None,
         deadline: float | None = None,
+        aws_conn_id: str | None = None,
     ) -> None:
         super().__init__(poll_interval, deadline)
+        self.aws_conn_id = aws_conn_id
         self.source = source
         self.target = target
         self.app_id = app_id
@@ -54,6 +57,7 @@ class CaughtUpTrigger(PollingTrigger):
                 "poll_interval": self.poll_interval,
                 "reference_version": self.reference_version,
                 "deadline": self.deadline,
+                "aws_conn_id": self.aws_conn_id,
             },
         )
 
@@ -62,7 +66,7 @@ class CaughtUpTrigger(PollingTrigger):
         return f"the lag of MV {self.target}"
 
     def check(self) -> Poll:
-        lag = DeltaBackfillHook(self.source, self.target, self.app_id).lag(self.reference_version)
+        lag = DeltaBackfillHook(self.source, self.target, self.app_id, self.aws_conn_id).lag(self.reference_version)
         pending = lag.pending_epochs
         facts = {"watermark": lag.watermark, "upstream_version": lag.upstream_version, "pending_epochs": pending}
         if pending is not None and pending <= self.lag_threshold:

@@ -35,11 +35,12 @@ def trigger_for(job, **kwargs) -> CaughtUpTrigger:
 
 
 def test_trigger_serializes_to_a_rebuildable_path_and_kwargs(job):
-    trigger = trigger_for(job, reference_version=7, deadline=1_900_000_000.5)
+    trigger = trigger_for(job, reference_version=7, deadline=1_900_000_000.5, aws_conn_id="lake")
     path, kwargs = trigger.serialize()
     assert path == "airflow_backfill.triggers.lag.CaughtUpTrigger"
     assert kwargs == {"source": job.source, "target": job.target, "app_id": job.app_id, "lag_threshold": 1,
-                      "poll_interval": 0.05, "reference_version": 7, "deadline": 1_900_000_000.5}
+                      "poll_interval": 0.05, "reference_version": 7, "deadline": 1_900_000_000.5,
+                      "aws_conn_id": "lake"}
     module, _, name = path.rpartition(".")
     rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
     assert rebuilt.serialize() == (path, kwargs)

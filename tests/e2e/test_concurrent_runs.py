@@ -34,7 +34,15 @@ def multi_file_upstream(uri: str) -> None:
         commit_epoch(uri, rng, inserts=300, updates=0, deletes=0)
 
 
-def test_two_snapshots_at_once_make_exactly_one_commit(tmp_path, tables):
+@pytest.fixture(params=["local", "s3"])
+def locations(request) -> dict[str, str]:
+    """The upstream and MV on local paths, or in a bucket of the loopback S3 server
+    (where the writer lock is a lease taken with a conditional write)."""
+    return request.getfixturevalue("tables" if request.param == "local" else "s3_tables")
+
+
+def test_two_snapshots_at_once_make_exactly_one_commit(tmp_path, locations):
+    tables = locations
     multi_file_upstream(tables["source"])
     job = write_job(tmp_path, tables)
     runs = start_pair("snapshot", "--job", str(job), "--chunk-bytes", "1")

@@ -19,7 +19,9 @@ from helpers_delta import mv_commits
 from test_spark_submit import rerun_in_process, snapshot_in_process, spark_submit, start_simulator, write_job
 
 from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.exceptions import TargetError
 from airflow_backfill.simulator import commit_epoch, create_orders_table
+from airflow_backfill.storage import files
 from oracle import assert_every_commit_matches, assert_mv_matches
 
 pytestmark = pytest.mark.e2e
@@ -173,3 +175,28 @@ def test_random_kills_never_corrupt_the_mv(spark, tmp_path, live_upstream):
     watermark = DeltaTable(tables["target"]).transaction_version(APP_ID)
     assert watermark is not None
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
+
+
+def test_catch_up_killed_on_s3_is_recovered_once_its_lease_expires(spark, tmp_path, s3_tables, monkeypatch):
+    """On S3 the writer lock is a lease: the killed run's lease blocks a rerun until it
+    expires (no process is left to renew it), then the rerun recovers as locally."""
+    monkeypatch.setenv("AIRFLOW_BACKFILL_LEASE_SECONDS", "8")
+    create_orders_table(s3_tables["source"], rows=1000, seed=3)
+    job = write_job(tmp_path, s3_tables)
+    snapshot_in_process(spark, job)
+    rng = random.Random(3)
+    for _ in range(3):
+        commit_epoch(s3_tables["source"], rng, inserts=20, updates=30, deletes=10)
+    crashed = run_phase("catch_up", job, "catch_up:after_write")
+    assert killed(crashed), crashed.stdout[-2000:]
+    assert read_watermark(s3_tables["target"], APP_ID) == 0, "the killed round committed"
+    lease = s3_tables["target"] + "/_airflow_backfill/writer.lease"
+    holder = json.loads(files.read_text(lease) or "{}")
+    remaining = holder["expires_at"] - time.time()
+    if remaining > 1:
+        with pytest.raises(TargetError, match="lease valid for"):
+            rerun_in_process(spark, "catch_up", job)
+    time.sleep(max(0.0, holder["expires_at"] - time.time()) + 0.5)
+    rerun_in_process(spark, "catch_up", job)
+    assert read_watermark(s3_tables["target"], APP_ID) == 3
+    assert_every_commit_matches(s3_tables["source"], s3_tables["target"], QUERY, APP_ID, key=["order_id"])

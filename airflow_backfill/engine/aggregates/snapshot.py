@@ -12,8 +12,6 @@ and rebuilt from the partials.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,6 +22,8 @@ from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, state_dir
 from airflow_backfill.engine.planning import aggregate_sql
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,11 +42,11 @@ PARTIALS_TABLE = "snapshot_partials"
 
 def partials_uri(target: str) -> str:
     """Where an aggregate snapshot's chunks append their partial states."""
-    return os.path.join(state_dir(target), PARTIALS_TABLE)
+    return join(state_dir(target), PARTIALS_TABLE)
 
 
 def discard_partials(target: str) -> None:
-    shutil.rmtree(partials_uri(target), ignore_errors=True)
+    files.delete(partials_uri(target))
 
 
 def chunk_query(plan: QueryPlan) -> str:

@@ -19,13 +19,13 @@ Both tables are written by delta-spark only; the watermark is read with delta-rs
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.log import load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,7 +39,7 @@ STATE_TABLE = "agg_state"
 
 def state_uri(target: str) -> str:
     """Where the aggregate state of the MV at `target` lives."""
-    return os.path.join(state_dir(target), STATE_TABLE)
+    return join(state_dir(target), STATE_TABLE)
 
 
 def state_watermark(job: BackfillJob) -> int:
@@ -57,9 +57,8 @@ def state_watermark(job: BackfillJob) -> int:
 def discard_state(target: str) -> bool:
     """Delete a state table left by a snapshot that crashed before creating the MV."""
     uri = state_uri(target)
-    if not os.path.isdir(uri):
+    if not files.delete(uri):
         return False
-    shutil.rmtree(uri)
     log.info("removed the aggregate state of an unfinished snapshot: %s", uri)
     return True
 

@@ -11,7 +11,6 @@ by delta-spark on the executors (`readChangeFeed`), only the columns the query n
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
@@ -20,6 +19,8 @@ import pyarrow as pa
 
 from airflow_backfill.engine.delta.log import arrow_schema, commit_actions, open_upstream
 from airflow_backfill.exceptions import UpstreamError
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join, relative
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -75,11 +76,12 @@ def check_range_readable(source: str, watermark: int, end_version: int) -> None:
 
 
 def _check_versions_available(source: str, watermark: int, end_version: int) -> None:
-    log_dir = os.path.join(source, "_delta_log")
+    log_dir = join(source, "_delta_log")
+    present = set(files.list_names(log_dir))
     missing = [
         version
         for version in range(watermark + 1, end_version + 1)
-        if not os.path.exists(os.path.join(log_dir, f"{version:020d}.json"))
+        if f"{version:020d}.json" not in present
     ]
     if missing:
         raise UpstreamError(
@@ -103,7 +105,7 @@ def change_files(source: str, version: int) -> list[str]:
         for kind in ("add", "remove"):
             if kind in action and action[kind].get("dataChange", True):
                 data.append(action[kind]["path"])
-    return [os.path.join(source, unquote(path)) for path in (cdc or data)]
+    return [join(source, unquote(path)) for path in (cdc or data)]
 
 
 def change_bytes(source: str, version: int) -> int:
@@ -134,11 +136,11 @@ def round_end(source: str, watermark: int, latest: int, *, max_epochs: int | Non
 
 def _check_change_files_available(source: str, watermark: int, end_version: int) -> None:
     for version in range(watermark + 1, end_version + 1):
-        missing = [path for path in change_files(source, version) if not os.path.exists(path)]
+        missing = [path for path in change_files(source, version) if not files.exists(path)]
         if missing:
             raise UpstreamError(
                 f"the upstream's change files for version {version} are gone ({len(missing)} missing, "
-                f"e.g. {os.path.relpath(missing[0], source)}): the upstream was vacuumed past the MV's "
+                f"e.g. {relative(missing[0], source)}): the upstream was vacuumed past the MV's "
                 f"watermark {watermark}. Changes cannot be replayed; rebuild the MV with a new snapshot "
                 "(delete the target and rerun the DAG), and keep delta.deletedFileRetentionDuration "
                 "longer than the backfill."

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -68,6 +69,7 @@ def append(
     frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
 ) -> None:
     """Append `frame` to the Delta table at `uri` (created when `create`) in one idempotent commit."""
+    ensure_held(uri)
     writer = (
         frame.write.format("delta").mode("append")
         .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
@@ -117,6 +119,7 @@ def merge_keyed(
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    ensure_held(uri)
     table = DeltaTable.forPath(spark, uri)
     target = table.toDF().schema
     source = changes.select(

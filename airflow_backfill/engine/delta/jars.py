@@ -2,8 +2,10 @@
 
 `scripts/fetch_jars.sh` fetches the pinned jars of `jars/pom.xml` with Maven into
 `jars/lib` of the checkout; every Spark session and every `spark-submit` an operator
-builds loads them through `spark.jars`, so nothing is resolved at run time. Free of
-Spark imports: the Airflow operators call it before `spark-submit`.
+builds loads them through `spark.jars`, so nothing is resolved at run time. Hadoop's S3A
+connector (`jars/s3/lib`, for s3a:// tables) goes on the driver's and executors' classpath
+instead, so that executors do not copy its jars at start. Free of Spark imports: the
+Airflow operators call it before `spark-submit`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ def default_jars_dir() -> str:
     return os.path.join(package_root, "jars", "lib")
 
 
+def default_s3a_jars_dir() -> str:
+    """`jars/s3/lib` next to the package: hadoop-aws and the AWS SDK modules it needs."""
+    return os.path.join(os.path.dirname(default_jars_dir()), "s3", "lib")
+
+
 def delta_jars() -> list[str]:
     """The jar files to put on `spark.jars` ([] when the cluster provides Delta itself)."""
     configured = os.environ.get(JARS_DIR_VARIABLE, "").strip()
@@ -42,10 +49,25 @@ def delta_jars() -> list[str]:
     return jars
 
 
+def s3a_classpath_conf() -> dict[str, str]:
+    """The driver's and executors' extra classpath for S3A ({} when jars/s3/lib is missing).
+
+    A classpath glob, read by each JVM from its own disk: the folder must exist at the same
+    path on every host that runs an executor.
+    """
+    directory = default_s3a_jars_dir()
+    if not glob.glob(os.path.join(directory, "*.jar")):
+        return {}
+    classpath = os.path.join(directory, "*")
+    return {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
+
+
 def delta_spark_conf() -> dict[str, str]:
-    """Spark settings for Delta Lake: the jars (when not provided), its SQL extension and catalog."""
+    """Spark settings for Delta Lake: the jars (when not provided), its SQL extension and
+    catalog, and the S3A classpath (when installed)."""
     conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
     jars = delta_jars()
     if jars:
         conf["spark.jars"] = ",".join(jars)
+    conf.update(s3a_classpath_conf())
     return conf

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -19,6 +18,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from airflow_backfill.exceptions import TargetError, UpstreamError
+from airflow_backfill.storage import files
+from airflow_backfill.storage.s3_settings import storage_options
+from airflow_backfill.storage.uri import join
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
@@ -46,9 +48,15 @@ class UpstreamInfo:
     through Delta, never as plain Parquet files)."""
 
 
+def delta_table(uri: str, version: int | None = None) -> DeltaTable:
+    """delta-rs' view of the table at `uri` (local or on S3, with this process's settings)."""
+    return DeltaTable(uri, version=version, storage_options=storage_options(uri))
+
+
 def table_exists(uri: str) -> bool:
     """True when `uri` holds a Delta log (cheap: no table load)."""
-    return os.path.isdir(os.path.join(uri, "_delta_log")) and DeltaTable.is_deltatable(uri)
+    return files.is_directory(join(uri, "_delta_log")) and DeltaTable.is_deltatable(
+        uri, storage_options=storage_options(uri))
 
 
 def load_table(uri: str) -> DeltaTable:
@@ -70,18 +78,14 @@ def load_table(uri: str) -> DeltaTable:
             else:
                 cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
                 return table
-    table = DeltaTable(uri)
+    table = delta_table(uri)
     cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
     return table
 
 
 def _commit_identity(uri: str, version: int) -> tuple[int, ...] | None:
     """What tells a commit file apart from another one written later at the same path."""
-    try:
-        stat = os.stat(os.path.join(uri, "_delta_log", f"{version:020d}.json"))
-    except FileNotFoundError:
-        return None
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    return files.identity(join(uri, "_delta_log", f"{version:020d}.json"))
 
 
 def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
@@ -91,7 +95,7 @@ def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
             f"upstream {uri} is not a Delta table (no _delta_log); check the job's `source`."
         )
     try:
-        return load_table(uri) if version is None else DeltaTable(uri, version=version)
+        return load_table(uri) if version is None else delta_table(uri, version)
     except TableNotFoundError:
         raise UpstreamError(f"upstream {uri} is not a Delta table; check the job's `source`.") from None
     except Exception as error:  # delta-rs raises generic errors for missing versions
@@ -112,7 +116,7 @@ def latest_version(uri: str) -> int:
     """
     if not table_exists(uri):
         return open_upstream(uri).version()  # raises the error that says what is wrong
-    versions = [int(match.group(1)) for name in os.listdir(os.path.join(uri, "_delta_log"))
+    versions = [int(match.group(1)) for name in files.list_names(join(uri, "_delta_log"))
                 if (match := _LOG_FILE.match(name))]
     return max(versions) if versions else open_upstream(uri).version()
 
@@ -127,7 +131,7 @@ def warn_if_rarely_checkpointed(uri: str) -> int:
     for every read of a new version: an upstream written by a tool that never checkpoints
     makes each catch-up round and forward commit slower as its log grows.
     """
-    names = os.listdir(os.path.join(uri, "_delta_log"))
+    names = files.list_names(join(uri, "_delta_log"))
     checkpoints = [int(name[:20]) for name in names if ".checkpoint" in name and name[:20].isdigit()]
     commits = [int(match.group(1)) for name in names if (match := _LOG_FILE.match(name)) and name.endswith(".json")]
     since = max(commits, default=-1) - max(checkpoints, default=-1)
@@ -142,11 +146,8 @@ def warn_if_rarely_checkpointed(uri: str) -> int:
 
 def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
     """The actions of commit `version` from its log entry; [] when the entry is gone."""
-    try:
-        with open(os.path.join(uri, "_delta_log", f"{version:020d}.json")) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except FileNotFoundError:
-        return []
+    text = files.read_text(join(uri, "_delta_log", f"{version:020d}.json"))
+    return [] if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def commit_timestamp(uri: str, version: int) -> int | None:
@@ -244,5 +245,5 @@ def last_commit_metadata(target: str) -> dict[str, Any]:
     """The `airflow_backfill.*` metadata of the MV's latest commit ({} when none)."""
     if not table_exists(target):
         return {}
-    history = DeltaTable(target).history(limit=1)
+    history = delta_table(target).history(limit=1)
     return commit_metadata(history[0]) if history else {}

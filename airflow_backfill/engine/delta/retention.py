@@ -10,13 +10,15 @@ delta/change_feed.py) and the backfill starts over, so the risk is flagged up fr
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from deltalake import DeltaTable
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_backfill.engine.delta.log import delta_table
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ def parse_interval(text: str) -> timedelta | None:
 
 
 def upstream_retention(source: str) -> Retention:
-    configuration = DeltaTable(source).metadata().configuration
+    configuration = delta_table(source).metadata().configuration
     log_retention = parse_interval(configuration.get(LOG_RETENTION, "")) or DEFAULT_LOG_RETENTION
     file_retention = parse_interval(configuration.get(FILE_RETENTION, "")) or DEFAULT_FILE_RETENTION
     return Retention(log=log_retention, deleted_files=file_retention)
@@ -61,8 +63,9 @@ def upstream_retention(source: str) -> Retention:
 
 def expected_backfill_duration(source: str, parallelism: int) -> timedelta:
     """A deliberately pessimistic estimate from the upstream's size and the parallelism."""
-    table = DeltaTable(source)
-    total_bytes = sum(os.path.getsize(uri.removeprefix("file://")) for uri in table.file_uris())
+    table = delta_table(source)
+    sizes = pa.table(table.get_add_actions(flatten=True)).column("size_bytes")
+    total_bytes = int(pc.sum(sizes).as_py() or 0)
     seconds = SAFETY_FACTOR * total_bytes / (BYTES_PER_SECOND_PER_CORE * parallelism)
     return max(MIN_EXPECTED, timedelta(seconds=seconds))
 
@@ -87,10 +90,10 @@ def retention_warnings(source: str, parallelism: int) -> list[str]:
 
 def margin_warnings(source: str, watermark: int, *, now: float | None = None) -> list[str]:
     """Warn when the changes after `watermark` are older than half the file retention."""
-    table = DeltaTable(source)
+    table = delta_table(source)
     if table.version() <= watermark:
         return []
-    history = DeltaTable(source, version=watermark + 1).history(limit=1)
+    history = delta_table(source, watermark + 1).history(limit=1)
     if not history:
         return []
     age = timedelta(seconds=((now or time.time()) * 1000 - history[0]["timestamp"]) / 1000)

@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from deltalake import DeltaTable
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.aggregates.snapshot import (
@@ -41,6 +37,7 @@ from airflow_backfill.engine.delta.log import (
     UpstreamInfo,
     check_upstream,
     commit_metadata,
+    delta_table,
     load_table,
     read_watermark,
     snapshot_app_id,
@@ -65,6 +62,8 @@ from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError, UpstreamError
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -200,7 +199,7 @@ def _chunk_commits(uri: str, committed: int) -> list[dict]:
     """The metadata of the chunk commits in the chunk table's recent history."""
     if not committed:
         return []
-    entries = [commit_metadata(commit) for commit in DeltaTable(uri).history(limit=committed + 1)]
+    entries = [commit_metadata(commit) for commit in delta_table(uri).history(limit=committed + 1)]
     return [entry for entry in entries if "chunk" in entry]
 
 
@@ -215,10 +214,9 @@ def _discard_chunks(job: BackfillJob, plan: QueryPlan) -> None:
 
 def discard_uncreated_mv(target: str) -> None:
     """Delete an MV that never got a watermark (its chunks only); the job's folder stays."""
-    for name in os.listdir(target):
+    for name in files.list_names(target):
         if name != job_state.STATE_DIR:
-            path = os.path.join(target, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            files.delete(join(target, name))
     log.info("removed the chunks of an unfinished snapshot from %s", target)
 
 
@@ -272,7 +270,7 @@ def _run_chunk(
 
 def _rows_written(uri: str) -> int:
     """Rows the table's latest commit wrote (its operation metrics)."""
-    history = DeltaTable(uri).history(limit=1)
+    history = delta_table(uri).history(limit=1)
     metrics = history[0].get("operationMetrics", {}) if history else {}
     return int(metrics.get("numOutputRows", 0))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from airflow_backfill.engine.delta.log import open_upstream
+from airflow_backfill.storage.uri import join
 
 DEFAULT_CHUNK_BYTES = 128 * 1024 * 1024
 
@@ -43,7 +44,7 @@ def list_upstream_files(uri: str, version: int) -> list[UpstreamFile]:
     actions = pa.table(open_upstream(uri, version).get_add_actions(flatten=True))
     files = [
         UpstreamFile(
-            path=os.path.join(uri, row["path"]) if not os.path.isabs(row["path"]) else row["path"],
+            path=row["path"] if "://" in row["path"] or os.path.isabs(row["path"]) else join(uri, row["path"]),
             size=int(row["size_bytes"]),
             rows=int(row["num_records"] or 0),
         )

@@ -10,13 +10,13 @@ seconds, parallelism per chunk) for the logs, `status` and the final commit's me
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from airflow_backfill.engine.job_state import state_dir
+from airflow_backfill.storage import files
+from airflow_backfill.storage.uri import join
 
 PROGRESS_FILE = "snapshot.json"
 
@@ -62,11 +62,10 @@ class SnapshotProgress:
 
 
 def load_progress(target: str) -> SnapshotProgress | None:
-    try:
-        with open(os.path.join(state_dir(target), PROGRESS_FILE)) as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
+    text = files.read_text(join(state_dir(target), PROGRESS_FILE))
+    if text is None:
         return None
+    data = json.loads(text)
     done = {int(k): _done_chunk(v) for k, v in data.pop("done").items()}
     return SnapshotProgress(**data, done=done)
 
@@ -81,18 +80,8 @@ def _done_chunk(record: dict[str, Any]) -> DoneChunk:
 def save_progress(target: str, progress: SnapshotProgress) -> None:
     data = asdict(progress)
     data["done"] = {str(k): asdict(v) for k, v in progress.done.items()}
-    directory = state_dir(target)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=".snapshot-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp_path, os.path.join(directory, PROGRESS_FILE))
+    files.write_text(join(state_dir(target), PROGRESS_FILE), json.dumps(data, indent=1, sort_keys=True), durable=True)
 
 
 def discard_progress(target: str) -> None:
-    try:
-        os.remove(os.path.join(state_dir(target), PROGRESS_FILE))
-    except FileNotFoundError:
-        pass
+    files.remove(join(state_dir(target), PROGRESS_FILE))

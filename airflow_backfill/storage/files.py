@@ -1,0 +1,176 @@
+"""Small-file operations on local paths and S3 alike (Delta log listings, state files).
+
+Local files keep their atomic write-then-rename; on S3 a PUT is atomic by itself (a
+reader sees the old object or the new one, never a part).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from airflow_backfill.storage.s3_settings import S3Settings, settings_for
+from airflow_backfill.storage.uri import is_object_store
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+
+
+@lru_cache(maxsize=16)
+def _s3_filesystem(settings: S3Settings) -> FileSystem:
+    from urllib.parse import urlparse
+
+    from pyarrow.fs import S3FileSystem
+
+    options: dict[str, object] = {"region": settings.region or "us-east-1"}
+    if settings.endpoint_url:
+        parsed = urlparse(settings.endpoint_url)
+        options["endpoint_override"] = parsed.netloc
+        options["scheme"] = parsed.scheme or "https"
+    if settings.access_key_id:
+        options.update(access_key=settings.access_key_id, secret_key=settings.secret_access_key,
+                       session_token=settings.session_token)
+    return S3FileSystem(**options)
+
+
+def _remote(uri: str) -> tuple[FileSystem, str]:
+    settings = settings_for(uri)
+    assert settings is not None
+    return _s3_filesystem(settings), uri.split("://", 1)[1]
+
+
+def list_names(directory: str) -> list[str]:
+    """Names of the files directly in `directory` ([] when it does not exist)."""
+    if not is_object_store(directory):
+        try:
+            return os.listdir(directory)
+        except FileNotFoundError:
+            return []
+    from pyarrow.fs import FileSelector
+
+    filesystem, path = _remote(directory)
+    infos = filesystem.get_file_info(FileSelector(path.rstrip("/"), allow_not_found=True))
+    return [info.base_name for info in infos]
+
+
+def exists(uri: str) -> bool:
+    if not is_object_store(uri):
+        return os.path.exists(uri)
+    from pyarrow.fs import FileType
+
+    filesystem, path = _remote(uri)
+    return filesystem.get_file_info(path).type != FileType.NotFound
+
+
+def is_directory(uri: str) -> bool:
+    """A local directory, or an S3 prefix with at least one object under it (one short
+    listing, whatever the number of objects)."""
+    if not is_object_store(uri):
+        return os.path.isdir(uri)
+    from pyarrow.fs import FileType
+
+    filesystem, path = _remote(uri)
+    return bool(filesystem.get_file_info(path.rstrip("/")).type == FileType.Directory)
+
+
+def identity(uri: str) -> tuple[int, ...] | None:
+    """What tells a file apart from another one written later at the same path."""
+    if not is_object_store(uri):
+        try:
+            stat = os.stat(uri)
+        except FileNotFoundError:
+            return None
+        return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    from pyarrow.fs import FileType
+
+    filesystem, path = _remote(uri)
+    info = filesystem.get_file_info(path)
+    if info.type == FileType.NotFound:
+        return None
+    return (info.size or 0, info.mtime_ns or 0)
+
+
+def size(uri: str) -> int:
+    if not is_object_store(uri):
+        return os.path.getsize(uri.removeprefix("file://"))
+    filesystem, path = _remote(uri)
+    return int(filesystem.get_file_info(path).size or 0)
+
+
+def read_text(uri: str) -> str | None:
+    """The file's text, None when it does not exist."""
+    if not is_object_store(uri):
+        try:
+            with open(uri) as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return None
+    filesystem, path = _remote(uri)
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            return stream.read().decode()
+    except FileNotFoundError:
+        return None
+
+
+def write_text(uri: str, text: str, *, durable: bool = False) -> None:
+    """Replace the file's content in one step: no reader ever sees a part of it.
+
+    `durable`: locally, fsync before the rename (progress that must survive a crash of
+    the machine, not only of the process).
+    """
+    if is_object_store(uri):
+        filesystem, path = _remote(uri)
+        with filesystem.open_output_stream(path) as stream:
+            stream.write(text.encode())
+        return
+    directory, name = os.path.split(uri)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp_path = tempfile.mkstemp(dir=directory, prefix=f".{name}-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    os.replace(tmp_path, uri)
+
+
+def remove(uri: str) -> None:
+    """Delete the file if it exists."""
+    if not is_object_store(uri):
+        try:
+            os.remove(uri)
+        except FileNotFoundError:
+            pass
+        return
+    filesystem, path = _remote(uri)
+    try:
+        filesystem.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def delete(uri: str) -> bool:
+    """Delete a file or a whole folder (prefix); False when nothing was there."""
+    if not is_object_store(uri):
+        if os.path.isdir(uri):
+            shutil.rmtree(uri)
+            return True
+        if os.path.exists(uri):
+            os.remove(uri)
+            return True
+        return False
+    from pyarrow.fs import FileType
+
+    filesystem, path = _remote(uri)
+    kind = filesystem.get_file_info(path).type
+    if kind == FileType.File:
+        filesystem.delete_file(path)
+        return True
+    if is_directory(uri):
+        filesystem.delete_dir(path)
+        return True
+    return False
