@@ -10,4 +10,4 @@ ruff check airflow_backfill spark_jobs dags tests bench
 echo "== mypy (package)"
 mypy airflow_backfill spark_jobs
 echo "== pytest"
-python -m pytest -q -ra "$@"
+python -m pytest -q -ra --durations=25 "$@"

@@ -64,9 +64,9 @@ def spark_cluster(tmp_path_factory):
 @pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """An S3-compatible server on 127.0.0.1 for the whole test session."""
-    from s3_server import s3_server
+    from airflow_backfill.storage.loopback_s3 import loopback_s3
 
-    with s3_server(tmp_path_factory.mktemp("s3-server")) as server:
+    with loopback_s3(tmp_path_factory.mktemp("s3-server")) as server:
         yield server
 
 

@@ -25,7 +25,7 @@ from airflow_backfill.engine.control import (
     validate_override_rate_limit,
 )
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
-from airflow_backfill.job import validate_parallelism
+from airflow_backfill.job import BackfillJob, validate_parallelism
 from airflow_backfill.plugins.jobs import JobRegistry, KnownJob
 from airflow_backfill.plugins.page import render_page
 
@@ -99,12 +99,21 @@ def _settings(settings: BackfillSettings | None) -> dict[str, Any] | None:
             "altered": settings.altered, "paused": settings.paused}
 
 
+def register_job_storage(job: BackfillJob) -> None:
+    """Tables on S3 are read with the job's `aws` connection (see hooks/delta.py)."""
+    if job.aws_conn_id:
+        from airflow_backfill.hooks.delta import DeltaBackfillHook
+
+        DeltaBackfillHook.for_job(job).register_storage()
+
+
 def job_view(known: KnownJob) -> dict[str, Any]:
     """One job for the page: its DAGs and `JobStatus.to_dict()`, as `status --json` prints it."""
     from airflow_backfill.engine.status import job_status
 
     view: dict[str, Any] = {"name": known.name, "dag_ids": list(known.dag_ids), "status": None, "error": None}
     try:
+        register_job_storage(known.job)
         view["status"] = json.loads(json.dumps(job_status(known.job).to_dict(), sort_keys=True, default=str))
     except BackfillError as error:  # a damaged state file: shown, not a server error
         view["error"] = str(error)
@@ -160,6 +169,7 @@ def create_app(registry: JobRegistry | None = None) -> FastAPI:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "the body is not valid JSON") from None
         try:
             overrides, reset = parse_alter_body(body)
+            await run_in_threadpool(register_job_storage, known.job)
             result: AlterResult = await run_in_threadpool(apply_alter, known.job, overrides, reset=reset)
         except (AlterRequestError, BackfillConfigError) as error:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None

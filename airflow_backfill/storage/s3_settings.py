@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
@@ -83,7 +83,12 @@ class S3Settings:
         conf = {
             "fs.s3.impl": S3A_FILESYSTEM,
             "fs.s3a.impl": S3A_FILESYSTEM,
+            "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A",
             "fs.s3a.endpoint.region": self.region or DEFAULT_REGION,
+            # Delta's S3 log store checks that a commit file is absent before writing it;
+            # S3A's "performance" create skips that check, and concurrent commits then
+            # overwrite each other (seen against the loopback server).
+            "fs.s3a.create.performance": "false",
         }
         if self.endpoint_url:
             parsed = urlparse(self.endpoint_url)
@@ -171,8 +176,3 @@ def storage_options(uri: str) -> dict[str, str] | None:
     """delta-rs `storage_options` for `uri` (None for a local path)."""
     settings = settings_for(uri)
     return None if settings is None else settings.delta_rs_options()
-
-
-def without_secrets(settings: S3Settings) -> S3Settings:
-    """The same store without credentials (for what may be shown)."""
-    return replace(settings, access_key_id=None, secret_access_key=None, session_token=None)

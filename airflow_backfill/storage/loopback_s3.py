@@ -1,20 +1,20 @@
-"""An S3-compatible server on 127.0.0.1 for the tests (moto's standalone server), one per
-test session, and a fresh bucket per test."""
+"""An S3-compatible server on 127.0.0.1 (moto's standalone server, from the `test` extra)
+for the tests and the object-store benchmark: nothing leaves the machine."""
 
 from __future__ import annotations
 
 import secrets
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
-from airflow_processes import free_port
 
 from airflow_backfill.storage.s3_settings import S3Settings
 
@@ -47,26 +47,36 @@ class S3Server:
                            "extra": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"}})
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @contextmanager
-def s3_server(workdir: Path) -> Iterator[S3Server]:
+def loopback_s3(workdir: Path) -> Iterator[S3Server]:
     """moto's server on a free loopback port; stopped (and waited for) on exit."""
-    port = free_port()
+    port = _free_port()
     binary = Path(sys.executable).with_name("moto_server")
+    if not binary.exists():
+        raise FileNotFoundError(f"{binary} is missing: install the test extra (pip install -e '.[test]').")
     log = open(workdir / "moto.log", "wb")  # noqa: SIM115 - the server's lifetime
     process = subprocess.Popen([str(binary), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            assert process.poll() is None, (workdir / "moto.log").read_text()[-3000:]
+            if process.poll() is not None:
+                raise RuntimeError("the S3 server exited: " + (workdir / "moto.log").read_text()[-3000:])
             try:
-                if httpx.get(f"{url}/moto-api/", timeout=2).status_code < 500:
+                with urllib.request.urlopen(f"{url}/moto-api/", timeout=2):
                     break
-            except httpx.HTTPError:
+            except (urllib.error.URLError, OSError):
                 pass
-            assert time.monotonic() < deadline, f"the S3 server did not answer on {url} within {START_TIMEOUT_S} s"
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the S3 server did not answer on {url} within {START_TIMEOUT_S} s")
             time.sleep(0.2)
-        # A secret that no other text of the test run contains by chance.
+        # A secret that no other text of a test run contains by chance.
         yield S3Server(endpoint_url=url, access_key_id="test-key-" + secrets.token_hex(4),
                        secret_access_key="s3cret-" + secrets.token_hex(16))
     finally:
