@@ -5,12 +5,18 @@ tests/e2e/test_object_store_dag.py (the example DAG)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import time
 
+import pyarrow as pa
 import pytest
+import yaml
 from deltalake import DeltaTable
+from helpers_delta import write_mv_version
 from test_mv_on_mv import check_chain
 
+from airflow_backfill.cli import main
 from airflow_backfill.engine import control, job_state
 from airflow_backfill.engine.delta.log import latest_version
 from airflow_backfill.engine.writer_lock import writer_lock
@@ -19,6 +25,7 @@ from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from airflow_backfill.storage import files
 from airflow_backfill.storage.lease import ensure_held
+from airflow_backfill.triggers.lag import CaughtUpTrigger
 
 pytestmark = pytest.mark.spark
 
@@ -77,6 +84,41 @@ def test_the_writer_lease_admits_one_run_and_a_crashed_holder_expires(s3_tables,
             while time.monotonic() < deadline:
                 ensure_held(target)
                 time.sleep(0.2)
+
+
+def first_event(trigger: CaughtUpTrigger) -> dict:
+    async def take() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(take())
+
+
+def test_the_trigger_and_the_cli_read_s3_with_the_jobs_connection_only(s3, s3_tables, monkeypatch, tmp_path,
+                                                                        capsys):
+    """Where no AWS_* variable is set (a triggerer, a shell), the job's `aws` connection
+    is what reaches the tables."""
+    create_orders_table(s3_tables["source"], rows=20, seed=1)
+    write_mv_version(s3_tables["target"], pa.table({"order_id": pa.array([1], pa.int64())}),
+                     "airflow_backfill/orders_mv", 0)
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION",
+                     "AWS_ALLOW_HTTP"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", s3.connection_json())
+
+    trigger = CaughtUpTrigger(source=s3_tables["source"], target=s3_tables["target"],
+                              app_id="airflow_backfill/orders_mv", lag_threshold=0, poll_interval=0.05,
+                              aws_conn_id="lake")
+    assert first_event(trigger) == {"status": "success", "watermark": 0, "upstream_version": 0,
+                                    "pending_epochs": 0,
+                                    "message": f"MV {s3_tables['target']} caught up: watermark 0, pending epochs 0"}
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({**make_job(s3_tables).to_mapping(), "aws_conn_id": "lake"}))
+    assert main(["status", "--job", str(job), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["upstream_version"] == 0 and status["watermark"] == 0 and status["pending_epochs"] == 0
 
 
 def test_an_mv_on_an_mv_on_s3(spark, s3_tables):
