@@ -33,7 +33,7 @@ def submitted(monkeypatch):
 
     def fake_execute(operator, context):
         calls.append({"application": operator.application, "args": list(operator.application_args),
-                      "conf": dict(operator.conf)})
+                      "conf": dict(operator.conf), "env": dict(operator.env_vars or {})})
         write_mv_version(operator.job.target, MV_ROWS, operator.job.app_id, watermark=7)
 
     monkeypatch.setattr(SparkSubmitOperator, "execute", fake_execute)
@@ -184,3 +184,22 @@ def test_the_verify_entry_point_checks_its_arguments():
     assert (args.job, args.key_ranges, args.show) == ("job.yaml", 8, 5)
     with pytest.raises(SystemExit):
         parse_args(["--job", "job.yaml", "--key-ranges", "0"])
+
+
+@pytest.mark.parametrize(("master", "passed"), [("spark://local?deploy-mode=client", True), ("spark://yarn", False)])
+def test_s3_credentials_reach_spark_submit_only_through_its_environment(job, submitted, s3, monkeypatch,
+                                                                         master, passed):
+    """The connection's secret goes to spark-submit's environment, never to a `--conf` or an
+    argument; on YARN (whose env vars the Spark provider turns into `--conf`) not at all."""
+    bucket = s3.new_bucket()
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", s3.connection_json())
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_S3", master)
+    for variable, value in {**s3.settings().environment(), "AWS_ALLOW_HTTP": "true"}.items():
+        monkeypatch.setenv(variable, value)  # for the recorder's own write of the MV
+    on_s3 = job.with_overrides(source=f"s3://{bucket}/orders", target=f"s3://{bucket}/orders_mv", aws_conn_id="lake")
+    SnapshotBackfillOperator(task_id="snapshot", job=on_s3, conn_id="spark_s3").execute(context_with())
+    call = submitted[0]
+    assert call["conf"]["spark.hadoop.fs.s3a.endpoint"] == s3.endpoint_url
+    assert s3.secret_access_key not in json.dumps([call["conf"], call["args"]])
+    assert (call["env"].get("AWS_SECRET_ACCESS_KEY") == s3.secret_access_key) is passed
+    assert ("AWS_ACCESS_KEY_ID" in call["env"]) is passed

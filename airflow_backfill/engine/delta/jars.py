@@ -18,6 +18,9 @@ from airflow_backfill.exceptions import BackfillConfigError
 JARS_DIR_VARIABLE = "AIRFLOW_BACKFILL_JARS_DIR"
 """A folder of jars to load, or `provided` when the cluster already has Delta Lake."""
 PROVIDED = "provided"
+S3A_JARS_DIR_VARIABLE = "AIRFLOW_BACKFILL_S3A_JARS_DIR"
+"""A folder of S3A jars (hadoop-aws and its AWS SDK modules), or `provided` when the
+cluster already has S3A on its classpath."""
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
@@ -55,8 +58,8 @@ def s3a_classpath_conf() -> dict[str, str]:
     A classpath glob, read by each JVM from its own disk: the folder must exist at the same
     path on every host that runs an executor.
     """
-    directory = default_s3a_jars_dir()
-    if not glob.glob(os.path.join(directory, "*.jar")):
+    directory = os.environ.get(S3A_JARS_DIR_VARIABLE, "").strip() or default_s3a_jars_dir()
+    if directory == PROVIDED or not glob.glob(os.path.join(directory, "*.jar")):
         return {}
     classpath = os.path.join(directory, "*")
     return {"spark.driver.extraClassPath": classpath, "spark.executor.extraClassPath": classpath}
