@@ -10,7 +10,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,12 +20,6 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 180
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def airflow_command(*args: str) -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
+
+from airflow_backfill.loopback import free_port
 
 STARTUP_TIMEOUT = 90.0
 WORKER_CORES = 2
@@ -32,12 +33,6 @@ class SparkCluster:
     def state(self) -> dict:
         with urllib.request.urlopen(f"{self.web_url}/json/", timeout=5) as response:
             return json.load(response)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _spark_class(*args: str, log: Path, env: dict[str, str]) -> subprocess.Popen:

@@ -5,7 +5,6 @@ tests/e2e/test_object_store_dag.py (the example DAG)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -15,6 +14,7 @@ import yaml
 from deltalake import DeltaTable
 from helpers_delta import write_mv_version
 from test_mv_on_mv import check_chain
+from trigger_events import first_event
 
 from airflow_backfill.cli import main
 from airflow_backfill.engine import control, job_state
@@ -84,15 +84,6 @@ def test_the_writer_lease_admits_one_run_and_a_crashed_holder_expires(s3_tables,
             while time.monotonic() < deadline:
                 ensure_held(target)
                 time.sleep(0.2)
-
-
-def first_event(trigger: CaughtUpTrigger) -> dict:
-    async def take() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    return asyncio.run(take())
 
 
 def test_the_trigger_and_the_cli_read_s3_with_the_jobs_connection_only(s3, s3_tables, monkeypatch, tmp_path,

@@ -11,13 +11,13 @@ import base64
 import glob
 import logging
 import os
-import socket
 import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.loopback import free_port
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +39,6 @@ def broker_classpath() -> str:
             f"from jars/kafka-broker/pom.xml), or set {BROKER_JARS_VARIABLE} to a folder holding them."
         )
     return os.path.join(directory, "*")
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _server_properties(log_dirs: str, port: int, controller_port: int) -> str:

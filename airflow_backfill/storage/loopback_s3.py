@@ -4,7 +4,6 @@ for the tests and the object-store benchmark: nothing leaves the machine."""
 from __future__ import annotations
 
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_backfill.loopback import free_port
 from airflow_backfill.storage.s3_settings import S3Settings
 
 START_TIMEOUT_S = 60
@@ -47,16 +47,10 @@ class S3Server:
                            "extra": {"endpoint_url": self.endpoint_url, "region_name": "us-east-1"}})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def loopback_s3(workdir: Path) -> Iterator[S3Server]:
     """moto's server on a free loopback port; stopped (and waited for) on exit."""
-    port = _free_port()
+    port = free_port()
     binary = Path(sys.executable).with_name("moto_server")
     if not binary.exists():
         raise FileNotFoundError(f"{binary} is missing: install the test extra (pip install -e '.[test]').")

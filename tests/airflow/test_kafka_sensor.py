@@ -5,13 +5,13 @@ deferring and raises Airflow's exceptions."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, TaskDeferred
 from conftest import context_with
+from trigger_events import first_event
 
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.kafka import status
@@ -42,15 +42,6 @@ def splits(monkeypatch):
 
     monkeypatch.setattr(status, "unfinished_splits", unfinished)
     return answers
-
-
-def first_event(trigger: SplitsFinishedTrigger) -> dict:
-    async def take() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    return asyncio.run(asyncio.wait_for(take(), timeout=30))
 
 
 def test_trigger_serializes_to_a_rebuildable_path_and_kwargs(pipeline):

@@ -13,20 +13,12 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout, TaskDeferred
 from conftest import commit_upstream_versions, context_with
 from helpers_delta import write_mv_version
+from trigger_events import first_event
 
 from airflow_backfill.sensors.lag import CaughtUpSensor
 from airflow_backfill.triggers.lag import CaughtUpTrigger
 
 MV_ROWS = pa.table({"order_id": pa.array([0], pa.int64()), "amount": pa.array([0.0])})
-
-
-def first_event(trigger: CaughtUpTrigger) -> dict:
-    async def take() -> dict:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    return asyncio.run(take())
 
 
 def trigger_for(job, **kwargs) -> CaughtUpTrigger:

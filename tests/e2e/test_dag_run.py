@@ -19,7 +19,6 @@ import psutil
 import pytest
 from airflow_processes import (
     airflow_env,
-    free_port,
     prepare_database,
     run_airflow,
     start,
@@ -32,6 +31,7 @@ from helpers_delta import mv_commits
 from test_spark_submit import start_simulator
 
 from airflow_backfill.job import BackfillJob
+from airflow_backfill.loopback import free_port
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from airflow_processes import airflow_env, free_port, prepare_database, start, stop, wait_until_healthy
+from airflow_processes import airflow_env, prepare_database, start, stop, wait_until_healthy
+
+from airflow_backfill.loopback import free_port
 
 PASSWORDS = {"viewer": "viewer-secret", "editor": "editor-secret"}
 API_JOB = "api_orders_mv"
