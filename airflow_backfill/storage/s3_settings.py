@@ -157,7 +157,9 @@ def register_settings(uri: str, settings: S3Settings) -> None:
     """Use `settings` for every table in `uri`'s bucket in this process.
 
     The Airflow side (hook, sensor, trigger) registers what it read from the job's
-    connection; without a registration the process's AWS_* environment applies.
+    connection; without a registration the process's AWS_* environment applies. Keyed
+    by bucket: two connections for one bucket in one process (a triggerer serving two
+    jobs) share the one registered last.
     """
     with _registered_lock:
         _registered[bucket_of(uri)] = settings
