@@ -20,10 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.engine.delta.key_range import all_above, boundable, key_range, table_key_max
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX, load_table
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
+    from delta.tables import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -108,13 +110,18 @@ def merge_keyed(
     user_metadata: str, null_safe: bool,
 ) -> int:
     """Upsert the rows of `changes` whose `__present` is true and delete the keys whose
-    `__present` is null, moving the watermark, in one MERGE commit; returns the rows the
-    MERGE inserted, updated or deleted (0 when Delta skipped an applied version).
+    `__present` is null, moving the watermark, in one commit; returns the rows inserted,
+    updated or deleted (0 when Delta skipped an applied version).
 
     `changes` holds the table's columns (cast here to the table's types, so a merge never
     widens them) plus `__present`, at most one row per key. Deletes of keys the table
     does not have match nothing and insert nothing. `null_safe`: keys may be NULL and
     NULL matches NULL (aggregate groups).
+
+    When the leading key column is an integer or a date (`key_range`), the changes' key
+    range bounds the MERGE, so Delta reads only the files whose statistics overlap it;
+    and when every changed key lies above the table's largest one, no row of the table
+    can match: the new rows are appended, which costs one write instead of a MERGE.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
@@ -125,9 +132,40 @@ def merge_keyed(
     source = changes.select(
         *(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), F.col(PRESENT)
     )
+    leading = target[key[0]]
+    if not boundable(leading.dataType):
+        return _merge(spark, table, source, key, None, app_id=app_id, version=version,
+                      user_metadata=user_metadata, null_safe=null_safe)
+    source = source.persist()
+    try:
+        changed = key_range(source, leading.name, PRESENT)
+        if all_above(changed, table_key_max(uri, leading.name)):
+            if (load_table(uri).transaction_version(app_id) or -1) >= version:
+                return 0  # applied already: Delta would skip the write
+            log.info("every changed key of %s is above its largest key: appending %s rows", uri,
+                     changed.present_rows)
+            append(source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT), uri, app_id=app_id, version=version,
+                   user_metadata=user_metadata)
+            return changed.present_rows
+        bound = changed.predicate(F.col("t." + _quote(leading.name)), leading.dataType)
+        return _merge(spark, table, source, key, bound, app_id=app_id, version=version,
+                      user_metadata=user_metadata, null_safe=null_safe)
+    finally:
+        source.unpersist()
+
+
+def _merge(
+    spark: SparkSession, table: DeltaTable, source: DataFrame, key: Sequence[str], bound: Column | None, *,
+    app_id: str, version: int, user_metadata: str, null_safe: bool,
+) -> int:
+    """Delta's MERGE of keyed changes; `bound` (a condition on the target alone) prunes files."""
+    from pyspark.sql import functions as F
+
     equal = "<=>" if null_safe else "="
-    condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
-    values: dict[str, str | Column] = {_quote(f.name): f"s.{_quote(f.name)}" for f in target.fields}
+    condition = F.expr(" AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key))
+    if bound is not None:
+        condition = condition & bound
+    values: dict[str, str | Column] = {_quote(c): f"s.{_quote(c)}" for c in source.columns if c != PRESENT}
     with session_transaction(spark, app_id, version, user_metadata):
         metrics = (
             table.alias("t").merge(source.alias("s"), condition)

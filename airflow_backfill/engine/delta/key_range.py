@@ -1,0 +1,122 @@
+"""The key range of a round's changes, and what the target's file statistics say about it.
+
+A MERGE whose condition only equates keys gives Delta's file skipping nothing to prune
+with, so every round reads the keys of every file of the target, whatever it changes.
+Two facts about the leading key column fix that, and both are cheap: the changes' own
+range (one aggregate over rows already in memory) and the target's per-file minimum and
+maximum (the log's statistics, read on the driver with delta-rs, no data). With them a
+MERGE gets literal bounds Delta prunes files with, and a round whose keys all lie above
+everything the target holds (new orders, new events) is a plain append.
+
+Only integral and date keys get bounds: their statistics are exact and their literals
+cannot be shifted by a time zone or truncated like long strings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_backfill.engine.delta.log import load_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import DataType
+
+log = logging.getLogger(__name__)
+
+_BOUNDABLE_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType", "DateType")
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """The leading key column's range over a round's changes."""
+
+    column: str
+    low: Any
+    """The smallest non-NULL key (None when every key is NULL or there are no rows)."""
+    high: Any
+    has_nulls: bool
+    present_rows: int
+    """Rows that put a row in the table (the others delete their key)."""
+
+    def predicate(self, column: Column, data_type: DataType) -> Column:
+        """A condition on the target's `column` that every target row a change matches meets.
+
+        The bounds are literals of the column's own type, so Delta compares them with its
+        file statistics directly (no cast of the column).
+        """
+        from pyspark.sql import functions as F
+
+        condition = F.lit(False)
+        if self.low is not None:
+            low, high = F.lit(self.low).cast(data_type), F.lit(self.high).cast(data_type)
+            condition = (column >= low) & (column <= high)
+        if self.has_nulls:
+            condition = condition | column.isNull()
+        return condition
+
+
+def boundable(data_type: DataType) -> bool:
+    """True for key types whose file statistics and literals are exact."""
+    return type(data_type).__name__ in _BOUNDABLE_TYPES
+
+
+def key_range(changes: DataFrame, column: str, present: str) -> KeyRange:
+    """The range of `column` over `changes` and the count of rows with `present` set (one job)."""
+    from pyspark.sql import functions as F
+
+    key = F.col(f"`{column}`")
+    row = changes.agg(
+        F.min(key).alias("low"), F.max(key).alias("high"),
+        F.count(F.when(key.isNull(), 1)).alias("nulls"),
+        F.count(F.col(f"`{present}`")).alias("present"),
+    ).collect()[0]
+    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]))
+
+
+def table_key_max(uri: str, column: str) -> Any:
+    """The largest non-NULL value of `column` in the table at `uri`, from its file statistics.
+
+    Returns `EMPTY` for a table without rows, None when a file has no statistic for the
+    column (an old file, a column beyond the statistics' columns): then nothing is known.
+    """
+    actions = pa.table(load_table(uri).get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return EMPTY
+    names = set(actions.column_names)
+    maximum, nulls, records = f"max.{column}", f"null_count.{column}", "num_records"
+    if maximum not in names or records not in names:
+        return None
+    values = actions.column(maximum)
+    if values.null_count:
+        # A file whose column is all NULL has no maximum and is harmless; any other gap is unknown.
+        if nulls not in names:
+            return None
+        missing = pc.is_null(values)
+        all_null = pc.equal(actions.column(nulls), actions.column(records))
+        if not pc.all(pc.or_(pc.invert(missing), pc.fill_null(all_null, False))).as_py():
+            return None
+        if values.null_count == actions.num_rows:
+            return EMPTY
+    return pc.max(values).as_py()
+
+
+class _Empty:
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+
+EMPTY: Any = _Empty()
+"""`table_key_max` of a table with no non-NULL key: every key is above it."""
+
+
+def all_above(changes: KeyRange, table_max: Any) -> bool:
+    """True when no key of the changes can be in the table: each lies above its maximum."""
+    if changes.has_nulls or table_max is None:
+        return False
+    return table_max is EMPTY or changes.low is None or changes.low > table_max
