@@ -132,7 +132,7 @@ def merge_keyed(
     source = changes.select(
         *(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), F.col(PRESENT)
     )
-    leading = target[key[0]]
+    leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
     if not boundable(leading.dataType):
         return _merge(spark, table, source, key, None, app_id=app_id, version=version,
                       user_metadata=user_metadata, null_safe=null_safe)

@@ -14,7 +14,6 @@ cannot be shifted by a time zone or truncated like long strings.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +25,6 @@ from airflow_backfill.engine.delta.log import load_table
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
-
-log = logging.getLogger(__name__)
 
 _BOUNDABLE_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType", "DateType")
 
