@@ -129,9 +129,7 @@ def merge_keyed(
     ensure_held(uri)
     table = DeltaTable.forPath(spark, uri)
     target = table.toDF().schema
-    source = changes.select(
-        *(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), F.col(PRESENT)
-    )
+    source = conform(changes, target)
     leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
     if not boundable(leading.dataType):
         return _merge(spark, table, source, key, None, app_id=app_id, version=version,
@@ -140,18 +138,39 @@ def merge_keyed(
     try:
         changed = key_range(source, leading.name, PRESENT)
         if all_above(changed, table_key_max(uri, leading.name)):
-            if (load_table(uri).transaction_version(app_id) or -1) >= version:
-                return 0  # applied already: Delta would skip the write
             log.info("every changed key of %s is above its largest key: appending %s rows", uri,
                      changed.present_rows)
-            append(source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT), uri, app_id=app_id, version=version,
-                   user_metadata=user_metadata)
-            return changed.present_rows
+            appended = append_new(source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT), uri, app_id=app_id,
+                                  version=version, user_metadata=user_metadata)
+            return changed.present_rows if appended else 0
         bound = changed.predicate(F.col("t." + _quote(leading.name)), leading.dataType)
         return _merge(spark, table, source, key, bound, app_id=app_id, version=version,
                       user_metadata=user_metadata, null_safe=null_safe)
     finally:
         source.unpersist()
+
+
+def append_new(rows: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
+    """Append rows none of whose keys the table has, with the watermark, in one commit;
+    False (nothing written) when the table already has transaction `version`.
+
+    The caller has proved the keys new (they lie above the table's largest key), so no
+    row of the table needs reading: this is one write instead of a MERGE.
+    """
+    ensure_held(uri)
+    if (load_table(uri).transaction_version(app_id) or -1) >= version:
+        return False  # applied already: Delta would skip the write
+    append(rows, uri, app_id=app_id, version=version, user_metadata=user_metadata)
+    return True
+
+
+def conform(changes: DataFrame, target: StructType) -> DataFrame:
+    """`changes` with the target's columns cast to the target's types (a write never widens
+    them), plus `__present` when `changes` has it."""
+    from pyspark.sql import functions as F
+
+    extra = [F.col(PRESENT)] if PRESENT in changes.columns else []
+    return changes.select(*(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), *extra)
 
 
 def _merge(

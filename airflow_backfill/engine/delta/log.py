@@ -241,6 +241,13 @@ def commit_metadata(entry: dict[str, Any]) -> dict[str, Any]:
     return {key[len(METADATA_PREFIX):]: value for key, value in fields.items()}
 
 
+def rows_written(uri: str) -> int:
+    """Rows the table's latest commit wrote (its operation metrics)."""
+    history = delta_table(uri).history(limit=1)
+    metrics = history[0].get("operationMetrics", {}) if history else {}
+    return int(metrics.get("numOutputRows", 0))
+
+
 def last_commit_metadata(target: str) -> dict[str, Any]:
     """The `airflow_backfill.*` metadata of the MV's latest commit ({} when none)."""
     if not table_exists(target):

@@ -15,12 +15,26 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from airflow_backfill.engine.aggregates.apply import apply_aggregate_changes, recover_state_ahead
-from airflow_backfill.engine.delta.change_feed import check_schema_unchanged, read_change_feed
-from airflow_backfill.engine.delta.commits import CommitInfo, merge_keyed
-from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark
+from airflow_backfill.engine.delta.appends import AppendedFiles, appended_files
+from airflow_backfill.engine.delta.change_feed import (
+    check_range_readable,
+    check_schema_unchanged,
+    read_change_feed,
+)
+from airflow_backfill.engine.delta.commits import (
+    CommitInfo,
+    append_new,
+    commit_watermark_only,
+    conform,
+    merge_keyed,
+)
+from airflow_backfill.engine.delta.key_range import all_above, table_key_max
+from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.exceptions import TargetError
 
@@ -105,6 +119,59 @@ def _feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
     return [column for column in arrow_schema(load_table(job.source)).names if column.lower() in wanted]
 
 
+def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_version: int) -> AppendedFiles | None:
+    """The files the range appended, when it only appended rows whose keys all lie above
+    the MV's largest key (from both tables' statistics; no data is read); else None."""
+    upstream_key = _field(arrow_schema(load_table(job.source)), plan.upstream_key[0])
+    mv_key = _field(arrow_schema(load_table(job.target)), plan.mv_key[0])
+    if upstream_key is None or mv_key is None or not _same_bound_kind(upstream_key.type, mv_key.type):
+        return None
+    appended = appended_files(job.source, watermark, end_version, upstream_key)
+    if appended is None or not all_above(appended.keys, table_key_max(job.target, mv_key.name)):
+        return None
+    return appended
+
+
+def _append_appended(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, watermark: int,
+    info: CommitInfo,
+) -> tuple[int, int]:
+    """Append the MV query over the added files: every key is new to the MV, so no row of
+    the MV is read and nothing is netted. Returns (change rows, MV rows appended)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    check_range_readable(job.source, watermark, info.epoch)
+    change_rows = appended.keys.present_rows
+    metadata = replace(info, rows=change_rows).user_metadata(job)
+    target = spark.read.format("delta").load(job.target).schema
+    log.info("%s: epochs %s..%s only appended %s rows above the MV's largest key: appending",
+             info.phase, watermark + 1, info.epoch, change_rows)
+    if not appended.paths:
+        maybe_crash(info.phase, "after_write")
+        commit_watermark_only(spark, job.target, target, app_id=job.app_id, version=info.epoch,
+                              user_metadata=metadata)
+        maybe_crash(info.phase, "after_commit")
+        return 0, 0
+    upstream = from_arrow_schema(arrow_schema(load_table(job.source)))
+    rows = apply_query(spark, spark.read.schema(upstream).parquet(*appended.paths), plan.query)
+    maybe_crash(info.phase, "after_write")
+    written = append_new(conform(rows, target), job.target, app_id=job.app_id, version=info.epoch,
+                         user_metadata=metadata)
+    maybe_crash(info.phase, "after_commit")
+    return change_rows, rows_written(job.target) if written else 0
+
+
+def _field(schema: pa.Schema, name: str) -> pa.Field | None:
+    """The field called `name`, whatever its case (Spark resolves names case-insensitively)."""
+    return next((field for field in schema if field.name.lower() == name.lower()), None)
+
+
+def _same_bound_kind(upstream: pa.DataType, mv: pa.DataType) -> bool:
+    """Both integers or both dates: the kinds whose statistics bound keys exactly."""
+    return (pa.types.is_integer(upstream) and pa.types.is_integer(mv)) or (
+        pa.types.is_date32(upstream) and pa.types.is_date32(mv))
+
+
 def _apply_stateless(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, info: CommitInfo,
 ) -> tuple[int, int]:
@@ -114,6 +181,9 @@ def _apply_stateless(
     by them); the MERGE then reads them from memory. Returns (change rows read, MV rows
     the MERGE changed).
     """
+    appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
+    if appended is not None:
+        return _append_appended(spark, job, plan, appended, watermark, info)
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:
         change_rows = feed.count()

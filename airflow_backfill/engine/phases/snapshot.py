@@ -40,6 +40,7 @@ from airflow_backfill.engine.delta.log import (
     delta_table,
     load_table,
     read_watermark,
+    rows_written,
     snapshot_app_id,
     table_exists,
 )
@@ -260,19 +261,12 @@ def _run_chunk(
            version=chunk.index + 1, create=not table_exists(uri),
            user_metadata=json.dumps({METADATA_PREFIX + key: value for key, value in facts.items()}))
     progress.done[chunk.index] = DoneChunk(
-        index=chunk.index, rows_in=chunk.rows, rows_out=_rows_written(uri),
+        index=chunk.index, rows_in=chunk.rows, rows_out=rows_written(uri),
         seconds=round(time.monotonic() - started, 3), parallelism=settings.backfill_parallelism, run_id=run_id,
         bytes_in=chunk.size,
     )
     save_progress(job.target, progress)
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)
-
-
-def _rows_written(uri: str) -> int:
-    """Rows the table's latest commit wrote (its operation metrics)."""
-    history = delta_table(uri).history(limit=1)
-    metrics = history[0].get("operationMetrics", {}) if history else {}
-    return int(metrics.get("numOutputRows", 0))
 
 
 def _log_progress(progress: SnapshotProgress, started: float) -> None:

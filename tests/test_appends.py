@@ -1,0 +1,93 @@
+"""Rounds over epochs that only appended rows: told apart from the upstream's log, applied
+as one append of the MV query over the added files when every added key lies above the
+MV's largest key, and through the change feed and MERGE otherwise; exact either way."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from deltalake import DeltaTable, write_deltalake
+from helpers_delta import mv_commits
+
+from airflow_backfill.engine.delta.appends import appended_files
+from airflow_backfill.engine.delta.change_feed import read_change_feed
+from airflow_backfill.engine.phases import apply
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.simulator import commit_epoch, create_orders_table
+from oracle import assert_every_commit_matches
+
+QUERY = "SELECT order_id, customer_id, amount FROM source WHERE status <> 'cancelled'"
+
+
+def append_orders(uri: str, order_ids: list[int]) -> int:
+    """Append copies of existing orders under `order_ids` (a plain delta-rs append); its version."""
+    existing = DeltaTable(uri).to_pyarrow_table()
+    rows = existing.slice(0, len(order_ids))
+    index = rows.schema.get_field_index("order_id")
+    rows = rows.set_column(index, rows.schema.field(index), pa.array(order_ids, rows.schema.field(index).type))
+    write_deltalake(uri, rows, mode="append")
+    return DeltaTable(uri).version()
+
+
+def largest_order(uri: str) -> int:
+    return pc.max(DeltaTable(uri).to_pyarrow_table(columns=["order_id"]).column("order_id")).as_py()
+
+
+def order_id_field(uri: str) -> pa.Field:
+    return pa.schema(DeltaTable(uri).schema().to_arrow()).field("order_id")
+
+
+def test_a_range_of_appends_is_read_from_the_log(tables):
+    source = tables["source"]
+    create_orders_table(source, rows=50, seed=1)
+    top = largest_order(source)
+    first = append_orders(source, [top + 1, top + 2])
+    append_orders(source, [top + 7, top + 3, top + 5])
+
+    appended = appended_files(source, first - 1, first + 1, order_id_field(source))
+
+    assert appended is not None
+    assert len(appended.paths) == 2
+    assert (appended.keys.low, appended.keys.high, appended.keys.present_rows) == (top + 1, top + 7, 5)
+    assert not appended.keys.has_nulls
+
+
+def test_a_range_with_updates_or_deletes_is_not_an_append(tables):
+    source = tables["source"]
+    create_orders_table(source, rows=50, seed=2)
+    top = largest_order(source)
+    first = append_orders(source, [top + 1])
+    commit_epoch(source, random.Random(3), inserts=0, updates=3, deletes=1)
+
+    assert appended_files(source, first - 1, first, order_id_field(source)) is not None
+    assert appended_files(source, first - 1, first + 1, order_id_field(source)) is None
+
+
+@pytest.mark.spark
+def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, tables, monkeypatch):
+    source = tables["source"]
+    create_orders_table(source, rows=200, seed=4)
+    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+                      backfill_parallelism=1, parallelism=1, max_round_epochs=2, **tables)
+    run_snapshot(spark, job)
+    top = largest_order(source)
+    append_orders(source, [top + 1, top + 2, top + 3])
+    append_orders(source, [top + 4])
+    # Below the MV's largest key (a gap in the ids): the keys may meet rows of the MV, so MERGE.
+    append_orders(source, [top - 1000, top + 5])
+
+    feed_reads = []
+    monkeypatch.setattr(apply, "read_change_feed", lambda *args: feed_reads.append(args[2:4]) or read_change_feed(*args))
+
+    result = run_catch_up(spark, job)
+
+    assert feed_reads == [(result.watermark - 1, result.watermark)]  # the appends were not read as a feed
+    assert result.watermark == DeltaTable(source).version()
+    operations = [(c["operation"], c["airflow_backfill.phase"]) for c in mv_commits(job.target)]
+    assert operations[1:] == [("WRITE", "catch_up"), ("MERGE", "catch_up")]
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 3
