@@ -6,6 +6,7 @@ import json
 from collections import Counter
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 
@@ -45,3 +46,17 @@ def mv_commits(target: str) -> list[dict]:
         if "airflow_backfill.phase" in metadata:
             commits.append({**entry, **metadata})
     return commits
+
+
+def append_orders(uri: str, order_ids: list[int]) -> int:
+    """Append copies of existing orders under `order_ids` (a plain delta-rs append); its version."""
+    existing = DeltaTable(uri).to_pyarrow_table()
+    rows = existing.slice(0, len(order_ids))
+    index = rows.schema.get_field_index("order_id")
+    rows = rows.set_column(index, rows.schema.field(index), pa.array(order_ids, rows.schema.field(index).type))
+    write_deltalake(uri, rows, mode="append")
+    return DeltaTable(uri).version()
+
+
+def largest_order(uri: str) -> int:
+    return pc.max(DeltaTable(uri).to_pyarrow_table(columns=["order_id"]).column("order_id")).as_py()

@@ -7,10 +7,9 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable, write_deltalake
-from helpers_delta import mv_commits
+from deltalake import DeltaTable
+from helpers_delta import append_orders, largest_order, mv_commits
 
 from airflow_backfill.engine.delta.appends import appended_files
 from airflow_backfill.engine.delta.change_feed import read_change_feed
@@ -22,20 +21,6 @@ from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches
 
 QUERY = "SELECT order_id, customer_id, amount FROM source WHERE status <> 'cancelled'"
-
-
-def append_orders(uri: str, order_ids: list[int]) -> int:
-    """Append copies of existing orders under `order_ids` (a plain delta-rs append); its version."""
-    existing = DeltaTable(uri).to_pyarrow_table()
-    rows = existing.slice(0, len(order_ids))
-    index = rows.schema.get_field_index("order_id")
-    rows = rows.set_column(index, rows.schema.field(index), pa.array(order_ids, rows.schema.field(index).type))
-    write_deltalake(uri, rows, mode="append")
-    return DeltaTable(uri).version()
-
-
-def largest_order(uri: str) -> int:
-    return pc.max(DeltaTable(uri).to_pyarrow_table(columns=["order_id"]).column("order_id")).as_py()
 
 
 def order_id_field(uri: str) -> pa.Field:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from deltalake import DeltaTable
-from helpers_delta import mv_commits
+from helpers_delta import append_orders, largest_order, mv_commits
 from test_spark_submit import rerun_in_process, snapshot_in_process, spark_submit, start_simulator, write_job
 
 from airflow_backfill.engine.delta.log import read_watermark
@@ -127,6 +127,24 @@ def test_incremental_phase_killed_at_named_point(spark, tmp_path, live_upstream,
     crashed = run_phase(phase, job, f"{phase}:{point}", *extra)
     assert killed(crashed), crashed.stdout[-2000:]
     rerun_in_process(spark, phase, job)
+    assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
+
+
+@pytest.mark.parametrize("point", ["after_write", "after_commit"])
+def test_append_round_killed_at_named_point(spark, tmp_path, tables, point):
+    """A round of appends above the MV's keys (one Delta append, no MERGE) killed before and
+    after its commit: the rerun neither loses nor repeats the appended rows."""
+    create_orders_table(tables["source"], rows=500, seed=11)
+    job = write_job(tmp_path, tables, 0)
+    snapshot_in_process(spark, job)
+    top = largest_order(tables["source"])
+    for first in range(top + 1, top + 7, 2):
+        append_orders(tables["source"], [first, first + 1])
+    crashed = run_phase("catch_up", job, f"catch_up:{point}")
+    assert killed(crashed), crashed.stdout[-2000:]
+    assert "only appended 6 rows above the MV's largest key" in crashed.stdout + crashed.stderr
+    rerun_in_process(spark, "catch_up", job)
+    assert read_watermark(tables["target"], APP_ID) == DeltaTable(tables["source"]).version()
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, APP_ID, key=["order_id"])
 
 
