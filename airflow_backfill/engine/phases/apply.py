@@ -4,7 +4,9 @@ One epoch range travels downwards: its change rows are read from the upstream's 
 store by Spark (only the columns the query needs); for a stateless query they are netted
 per upstream key, mapped through the MV query and merged into the MV by Delta's MERGE
 together with the new watermark; an aggregate folds them into its per-group state first
-(`aggregate_apply`). Every step runs on the executors. Re-running an already committed
+(`aggregate_apply`). A stateless range that only appended rows above the MV's largest
+key (told from both logs, `delta/appends.py`) skips the feed and the MERGE: the query
+over the added files is appended. Every step runs on the executors. Re-running an already committed
 range is a no-op: the watermark tells, and Delta skips a transaction version it has.
 """
 
