@@ -18,7 +18,7 @@ from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
-from oracle import assert_every_commit_matches
+from oracle import assert_every_commit_matches, duplicate_keys, mv_rows
 
 QUERY = "SELECT order_id, customer_id, amount FROM source WHERE status <> 'cancelled'"
 
@@ -76,3 +76,23 @@ def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, t
     operations = [(c["operation"], c["airflow_backfill.phase"]) for c in mv_commits(job.target)]
     assert operations[1:] == [("WRITE", "catch_up"), ("MERGE", "catch_up")]
     assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 3
+
+
+@pytest.mark.spark
+def test_an_append_that_repeats_a_key_goes_through_the_change_feed(spark, tables, monkeypatch):
+    source = tables["source"]
+    create_orders_table(source, rows=60, seed=5)
+    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+                      backfill_parallelism=1, parallelism=1, **tables)
+    run_snapshot(spark, job)
+    top = largest_order(source)
+    append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
+    feed_reads = []
+    monkeypatch.setattr(apply, "read_change_feed", lambda *args: feed_reads.append(args[2:4]) or read_change_feed(*args))
+
+    result = run_catch_up(spark, job)
+
+    assert feed_reads == [(result.watermark - 1, result.watermark)]
+    keys = mv_rows(job.target).column("order_id").to_pylist()
+    assert duplicate_keys(mv_rows(job.target), ["order_id"]) == []  # the MV keeps its key unique
+    assert {top + 1, top + 2} <= set(keys)

@@ -193,7 +193,7 @@ class SnapshotBackfillOperator(_PhaseOperator):
 
     :param epoch: the upstream version to snapshot (templated; the DAG factory passes the
         `pinned_epoch` XComArg of its pin task). Unset: the upstream's latest version.
-    :param chunk_bytes: target input bytes per resumable chunk (default 128 MiB).
+    :param chunk_bytes: target input bytes per resumable chunk (default 256 MiB).
     """
 
     phase = "snapshot"

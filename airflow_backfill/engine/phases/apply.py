@@ -36,7 +36,7 @@ from airflow_backfill.engine.delta.commits import (
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import apply_query, duplicate_key, mv_changes, net_changes
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.exceptions import TargetError
 
@@ -134,6 +134,23 @@ def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_v
     return appended
 
 
+def _appended_keys_unique(spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles) -> bool:
+    """Whether the added rows hold each upstream key once (one small Spark job over the key
+    columns). An upstream whose key is not unique is applied through the change feed, which
+    nets it to one row per key; appending would give the MV the key twice."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    if not appended.paths:
+        return True
+    upstream = from_arrow_schema(arrow_schema(load_table(job.source)))
+    duplicate = duplicate_key(spark.read.schema(upstream).parquet(*appended.paths), plan.upstream_key)
+    if duplicate is not None:
+        log.warning("the upstream appended key %s %s times: its primary key %s is not unique; applying "
+                    "the range through the change feed, which keeps one row per key",
+                    duplicate[0], duplicate[1], list(job.primary_key))
+    return duplicate is None
+
+
 def _append_appended(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, watermark: int,
     info: CommitInfo,
@@ -184,7 +201,7 @@ def _apply_stateless(
     the MERGE changed).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
-    if appended is not None:
+    if appended is not None and _appended_keys_unique(spark, job, plan, appended):
         return _append_appended(spark, job, plan, appended, watermark, info)
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:

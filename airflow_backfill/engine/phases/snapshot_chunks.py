@@ -15,7 +15,10 @@ import pyarrow as pa
 from airflow_backfill.engine.delta.log import open_upstream
 from airflow_backfill.storage.uri import join
 
-DEFAULT_CHUNK_BYTES = 128 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 256 * 1024 * 1024
+"""Each chunk costs a Delta commit and a rebuild of the table's state before the next
+append, about 1 s on two cores against about 2 s of work per 128 MiB of input; 256 MiB
+halves that share, and a crash still redoes at most one chunk."""
 
 
 @dataclass(frozen=True)
