@@ -60,3 +60,10 @@ def append_orders(uri: str, order_ids: list[int]) -> int:
 
 def largest_order(uri: str) -> int:
     return pc.max(DeltaTable(uri).to_pyarrow_table(columns=["order_id"]).column("order_id")).as_py()
+
+
+def delete_orders(uri: str, count: int) -> int:
+    """Delete the `count` smallest orders in one commit (a plain delta-rs delete); its version."""
+    ids = sorted(DeltaTable(uri).to_pyarrow_table(columns=["order_id"]).column("order_id").to_pylist())[:count]
+    DeltaTable(uri).delete(f"order_id IN ({', '.join(str(i) for i in ids)})")
+    return DeltaTable(uri).version()

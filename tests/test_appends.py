@@ -4,14 +4,15 @@ MV's largest key, and through the change feed and MERGE otherwise; exact either 
 
 from __future__ import annotations
 
+import json
 import random
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from helpers_delta import append_orders, largest_order, mv_commits
+from helpers_delta import append_orders, change_type_counts, delete_orders, largest_order, mv_commits
 
-from airflow_backfill.engine.delta.appends import appended_files
+from airflow_backfill.engine.delta.appends import appended_prefix
 from airflow_backfill.engine.delta.change_feed import read_change_feed
 from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
@@ -34,23 +35,28 @@ def test_a_range_of_appends_is_read_from_the_log(tables):
     first = append_orders(source, [top + 1, top + 2])
     append_orders(source, [top + 7, top + 3, top + 5])
 
-    appended = appended_files(source, first - 1, first + 1, order_id_field(source))
+    appended = appended_prefix(source, first - 1, first + 1, order_id_field(source))
 
     assert appended is not None
+    assert appended.end_version == first + 1
     assert len(appended.paths) == 2
     assert (appended.keys.low, appended.keys.high, appended.keys.present_rows) == (top + 1, top + 7, 5)
     assert not appended.keys.has_nulls
 
 
-def test_a_range_with_updates_or_deletes_is_not_an_append(tables):
+def test_the_append_only_prefix_ends_at_the_first_update_or_delete(tables):
     source = tables["source"]
     create_orders_table(source, rows=50, seed=2)
     top = largest_order(source)
     first = append_orders(source, [top + 1])
     commit_epoch(source, random.Random(3), inserts=0, updates=3, deletes=1)
+    append_orders(source, [top + 2])
 
-    assert appended_files(source, first - 1, first, order_id_field(source)) is not None
-    assert appended_files(source, first - 1, first + 1, order_id_field(source)) is None
+    prefix = appended_prefix(source, first - 1, first + 2, order_id_field(source))
+
+    assert prefix is not None
+    assert (prefix.end_version, prefix.keys.present_rows, len(prefix.paths)) == (first, 1, 1)
+    assert appended_prefix(source, first, first + 2, order_id_field(source)) is None
 
 
 @pytest.mark.spark
@@ -96,3 +102,28 @@ def test_an_append_that_repeats_a_key_goes_through_the_change_feed(spark, tables
     keys = mv_rows(job.target).column("order_id").to_pylist()
     assert duplicate_keys(mv_rows(job.target), ["order_id"]) == []  # the MV keeps its key unique
     assert {top + 1, top + 2} <= set(keys)
+
+
+@pytest.mark.spark
+def test_appends_before_deletes_are_a_round_of_their_own_and_deletes_a_delete_only_merge(spark, tables):
+    source = tables["source"]
+    create_orders_table(source, rows=120, seed=6)
+    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+                      backfill_parallelism=1, parallelism=1, **tables)
+    run_snapshot(spark, job)
+    top = largest_order(source)
+    append_orders(source, [top + 1, top + 2])
+    append_orders(source, [top + 3])
+    deleted = delete_orders(source, 4)
+
+    result = run_catch_up(spark, job)
+
+    assert [r.watermark for r in result.rounds] == [deleted - 1, deleted]
+    commits = mv_commits(job.target)
+    assert [c["operation"] for c in commits[1:]] == ["WRITE", "MERGE"]
+    merge = commits[-1]["operationParameters"]
+    assert json.loads(merge["matchedPredicates"]) == [{"actionType": "delete"}], merge
+    assert json.loads(merge["notMatchedPredicates"]) == [], merge
+    kinds = change_type_counts(job.target, commits[-1]["version"])
+    assert set(kinds) == {"delete"} and 0 < kinds["delete"] <= 4  # the MV's feed: only the deleted keys
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 3

@@ -5,6 +5,8 @@ commits only add data files has a change feed that is exactly the rows of those 
 each an insert of a new upstream key, so a round over it needs no netting per key and no
 MERGE: when the added keys all lie above the MV's largest key (read from the files'
 statistics on both sides), the MV query over the added files is appended to the MV.
+A backlog that starts with appends and then updates gets its append-only prefix as a
+round of its own, so only the rest pays for a MERGE.
 This module only reads the upstream's log with delta-rs; it decides nothing about the MV.
 """
 
@@ -31,36 +33,55 @@ class AppendedFiles:
     paths: tuple[str, ...]
     keys: KeyRange
     """The leading key column's range over the added rows; `present_rows` counts them all."""
+    end_version: int
+    """The last version of the append-only prefix (the range's end when it only appended)."""
 
 
-def appended_files(source: str, watermark: int, end_version: int, key: pa.Field) -> AppendedFiles | None:
-    """The files versions (watermark, end_version] added, when the range only appended rows.
+def appended_prefix(source: str, watermark: int, end_version: int, key: pa.Field) -> AppendedFiles | None:
+    """The files added by the longest prefix of versions (watermark, end_version] that
+    only appended rows; None when the first version already did something else.
 
-    None when any version changed rows in another way (change files, data-changing
-    removes), added a file with a deletion vector, or added a file without statistics of
-    the leading key `key` (an integer or date column): the round then reads the change feed.
+    A version ends the prefix when it changed rows in another way (change files,
+    data-changing removes), added a file with a deletion vector, or added a file without
+    statistics of the leading key `key` (an integer or date column): from there the rounds
+    read the change feed.
     """
     paths: list[str] = []
     low: Any = None
     high: Any = None
     has_nulls = False
     rows = 0
+    last = watermark
     for version in range(watermark + 1, end_version + 1):
-        added = _added_files(commit_actions(source, version))
-        if added is None:
-            return None
-        for add in added:
-            facts = _key_facts(add, key)
-            if facts is None:
-                return None
-            file_rows, file_low, file_high, file_nulls = facts
-            paths.append(join(source, unquote(add["path"])))
+        facts = _version_facts(source, version, key)
+        if facts is None:
+            break
+        for path, file_rows, file_low, file_high, file_nulls in facts:
+            paths.append(path)
             rows += file_rows
             has_nulls = has_nulls or file_nulls
             if file_low is not None:
                 low = file_low if low is None else min(low, file_low)
                 high = file_high if high is None else max(high, file_high)
-    return AppendedFiles(tuple(paths), KeyRange(key.name, low, high, has_nulls, rows))
+        last = version
+    if last == watermark:
+        return None
+    return AppendedFiles(tuple(paths), KeyRange(key.name, low, high, has_nulls, rows), last)
+
+
+def _version_facts(source: str, version: int, key: pa.Field) -> list[tuple[str, int, Any, Any, bool]] | None:
+    """(path, rows, low, high, has NULL keys) of each file `version` added; None unless the
+    version only appended files whose statistics bound `key`."""
+    added = _added_files(commit_actions(source, version))
+    if added is None:
+        return None
+    facts = []
+    for add in added:
+        file_facts = _key_facts(add, key)
+        if file_facts is None:
+            return None
+        facts.append((join(source, unquote(add["path"])), *file_facts))
+    return facts
 
 
 def _added_files(actions: Iterable[dict[str, Any]]) -> list[dict[str, Any]] | None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_backfill.engine.aggregates.apply import apply_aggregate_changes, recover_state_ahead
-from airflow_backfill.engine.delta.appends import AppendedFiles, appended_files
+from airflow_backfill.engine.delta.appends import AppendedFiles, appended_prefix
 from airflow_backfill.engine.delta.change_feed import (
     check_range_readable,
     check_schema_unchanged,
@@ -84,7 +84,10 @@ def apply_epochs(
     phase: str,
     parallelism: int,
 ) -> AppliedRange | None:
-    """Bring the MV from its watermark to `end_version`; None when already there."""
+    """Bring the MV from its watermark towards `end_version` in one commit; None when
+    already there. A stateless range that starts with appends and goes on with other
+    changes stops after the appends (`end_version` of the result): the caller's next
+    round takes the rest."""
     started = time.monotonic()
     start = watermark = current_watermark(job)
     if plan.aggregate is not None:
@@ -100,7 +103,7 @@ def apply_epochs(
     if plan.aggregate is not None:
         change_rows, mv_rows_changed = apply_aggregate_changes(spark, job, plan, watermark, info)
     else:
-        change_rows, mv_rows_changed = _apply_stateless(spark, job, plan, watermark, info)
+        end_version, change_rows, mv_rows_changed = _apply_stateless(spark, job, plan, watermark, info)
     applied = AppliedRange(start, end_version, change_rows, mv_rows_changed, time.monotonic() - started)
     log.info(
         "%s: applied epochs %s..%s (%s change rows, %s MV keys) in %.2fs",
@@ -122,13 +125,13 @@ def _feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
 
 
 def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_version: int) -> AppendedFiles | None:
-    """The files the range appended, when it only appended rows whose keys all lie above
-    the MV's largest key (from both tables' statistics; no data is read); else None."""
+    """The files the range's append-only prefix added, when their keys all lie above the
+    MV's largest key (from both tables' statistics; no data is read); else None."""
     upstream_key = _field(arrow_schema(load_table(job.source)), plan.upstream_key[0])
     mv_key = _field(arrow_schema(load_table(job.target)), plan.mv_key[0])
     if upstream_key is None or mv_key is None or not _same_bound_kind(upstream_key.type, mv_key.type):
         return None
-    appended = appended_files(job.source, watermark, end_version, upstream_key)
+    appended = appended_prefix(job.source, watermark, end_version, upstream_key)
     if appended is None or not all_above(appended.keys, table_key_max(job.target, mv_key.name)):
         return None
     return appended
@@ -193,16 +196,21 @@ def _same_bound_kind(upstream: pa.DataType, mv: pa.DataType) -> bool:
 
 def _apply_stateless(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, info: CommitInfo,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Net the range's changes per upstream key, map them through the query, MERGE them by MV key.
 
     The change rows are cached and counted (the commit records them, the rate limit paces
-    by them); the MERGE then reads them from memory. Returns (change rows read, MV rows
-    the MERGE changed).
+    by them); the MERGE then reads them from memory. Returns (the version committed as the
+    watermark, change rows read, MV rows the MERGE changed).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
     if appended is not None and _appended_keys_unique(spark, job, plan, appended):
-        return _append_appended(spark, job, plan, appended, watermark, info)
+        if appended.end_version < info.epoch:
+            log.info("%s: epochs %s..%s only appended; they are applied as a round of their own before "
+                     "epochs %s..%s", info.phase, watermark + 1, appended.end_version, appended.end_version + 1,
+                     info.epoch)
+        info = replace(info, epoch=appended.end_version)
+        return (info.epoch, *_append_appended(spark, job, plan, appended, watermark, info))
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:
         change_rows = feed.count()
@@ -212,6 +220,6 @@ def _apply_stateless(
         changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
                               user_metadata=replace(info, rows=change_rows).user_metadata(job), null_safe=null_safe)
         maybe_crash(info.phase, "after_commit")
-        return change_rows, changed
+        return info.epoch, change_rows, changed
     finally:
         feed.unpersist()

@@ -60,6 +60,9 @@ class CatchUpRound:
     """Rows-per-second cap the round was paced to (None: unpaced)."""
     paused_seconds: float
     """Part of `seconds` spent waiting for the rate limit."""
+    watermark: int = -1
+    """The epoch the round committed as the MV's watermark (a round may stop at the end of
+    an append-only prefix of its range)."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
         end = round_end(job.source, watermark, latest, max_epochs=settings.max_round_epochs,
                         max_bytes=settings.max_round_bytes)
         rounds.append(_run_round(spark, job, plan, end, pending, settings, len(rounds) + 1))
-        watermark = end
+        watermark = rounds[-1].watermark
         job_state.update_state(job.target, catch_up_rounds=[asdict(r) for r in rounds], watermark=watermark,
                                parallelism=settings.backfill_parallelism)
     job_state.update_state(
@@ -162,12 +165,13 @@ def _run_round(
     applied = apply_epochs(spark, job, plan, end, phase=job_state.PHASE_CATCH_UP,
                            parallelism=settings.backfill_parallelism)
     change_rows = applied.change_rows if applied else 0
+    reached = applied.end_version if applied else end
     paused = pace(change_rows, time.monotonic() - started, settings.rate_limit)
     return CatchUpRound(
-        round=number, pending_epochs=pending, seconds_behind=_seconds_behind(job.source, end),
+        round=number, pending_epochs=pending, seconds_behind=_seconds_behind(job.source, reached),
         change_rows=change_rows, seconds=round(time.monotonic() - started, 3),
         parallelism=settings.backfill_parallelism, rate_limit=settings.rate_limit,
-        paused_seconds=round(paused, 3),
+        paused_seconds=round(paused, 3), watermark=reached,
     )
 
 

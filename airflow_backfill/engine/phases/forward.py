@@ -83,8 +83,8 @@ def _forward(
             break
         latest = latest_version(job.source)
         if latest > watermark:
-            apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_FORWARD, parallelism=parallelism)
-            watermark = latest
+            applied = apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_FORWARD, parallelism=parallelism)
+            watermark = applied.end_version if applied else latest
             commits += 1
             last_progress = time.monotonic()
             job_state.update_state(job.target, watermark=watermark, forward_commits=commits)
