@@ -160,9 +160,10 @@ class BackfillJob:
     no cap). Bounds a round's memory and time when single epochs are large."""
     verify_primary_key: bool = True
     """Prove in the snapshot that the primary key is unique in the query's output before
-    the MV is created. The proof is a shuffle of the key columns; set False only when the
-    upstream guarantees its key (e.g. it is another job's MV keyed the same way), since a
-    duplicate key then goes undetected and catch-up keeps one row per key."""
+    the MV is created, and in rounds applied as appends that the added rows repeat no key
+    (else the round goes through the change feed). The proof is a shuffle of the key
+    columns; set False only when the upstream guarantees its key (e.g. it is another job's
+    MV keyed the same way), since a duplicate key then goes undetected."""
     aws_conn_id: str | None = None
     """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
     tables on S3. Its credentials reach spark-submit as environment variables only."""

@@ -28,6 +28,15 @@ def order_id_field(uri: str) -> pa.Field:
     return pa.schema(DeltaTable(uri).schema().to_arrow()).field("order_id")
 
 
+def snapshotted_mv(spark, tables, *, rows: int, seed: int, **settings) -> tuple[BackfillJob, int]:
+    """An orders MV snapshotted over a fresh upstream, and the upstream's largest order id."""
+    create_orders_table(tables["source"], rows=rows, seed=seed)
+    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+                      backfill_parallelism=1, parallelism=1, **settings, **tables)
+    run_snapshot(spark, job)
+    return job, largest_order(tables["source"])
+
+
 def test_a_range_of_appends_is_read_from_the_log(tables):
     source = tables["source"]
     create_orders_table(source, rows=50, seed=1)
@@ -62,11 +71,7 @@ def test_the_append_only_prefix_ends_at_the_first_update_or_delete(tables):
 @pytest.mark.spark
 def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, tables, monkeypatch):
     source = tables["source"]
-    create_orders_table(source, rows=200, seed=4)
-    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
-                      backfill_parallelism=1, parallelism=1, max_round_epochs=2, **tables)
-    run_snapshot(spark, job)
-    top = largest_order(source)
+    job, top = snapshotted_mv(spark, tables, rows=200, seed=4, max_round_epochs=2)
     append_orders(source, [top + 1, top + 2, top + 3])
     append_orders(source, [top + 4])
     # Below the MV's largest key (a gap in the ids): the keys may meet rows of the MV, so MERGE.
@@ -87,11 +92,7 @@ def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, t
 @pytest.mark.spark
 def test_an_append_that_repeats_a_key_goes_through_the_change_feed(spark, tables, monkeypatch):
     source = tables["source"]
-    create_orders_table(source, rows=60, seed=5)
-    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
-                      backfill_parallelism=1, parallelism=1, **tables)
-    run_snapshot(spark, job)
-    top = largest_order(source)
+    job, top = snapshotted_mv(spark, tables, rows=60, seed=5)
     append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
     feed_reads = []
     monkeypatch.setattr(apply, "read_change_feed", lambda *args: feed_reads.append(args[2:4]) or read_change_feed(*args))
@@ -107,11 +108,7 @@ def test_an_append_that_repeats_a_key_goes_through_the_change_feed(spark, tables
 @pytest.mark.spark
 def test_appends_before_deletes_are_a_round_of_their_own_and_deletes_a_delete_only_merge(spark, tables):
     source = tables["source"]
-    create_orders_table(source, rows=120, seed=6)
-    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
-                      backfill_parallelism=1, parallelism=1, **tables)
-    run_snapshot(spark, job)
-    top = largest_order(source)
+    job, top = snapshotted_mv(spark, tables, rows=120, seed=6)
     append_orders(source, [top + 1, top + 2])
     append_orders(source, [top + 3])
     deleted = delete_orders(source, 4)

@@ -139,11 +139,12 @@ def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_v
 
 def _appended_keys_unique(spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles) -> bool:
     """Whether the added rows hold each upstream key once (one small Spark job over the key
-    columns). An upstream whose key is not unique is applied through the change feed, which
-    nets it to one row per key; appending would give the MV the key twice."""
+    columns; skipped under `verify_primary_key: false`). An upstream whose key is not unique
+    is applied through the change feed, which nets it to one row per key; appending would
+    give the MV the key twice."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    if not appended.paths:
+    if not appended.paths or not job.verify_primary_key:
         return True
     upstream = from_arrow_schema(arrow_schema(load_table(job.source)))
     duplicate = duplicate_key(spark.read.schema(upstream).parquet(*appended.paths), plan.upstream_key)
