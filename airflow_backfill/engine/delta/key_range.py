@@ -39,9 +39,7 @@ class KeyRange:
     high: Any
     has_nulls: bool
     present_rows: int
-    """Rows that put a row in the table."""
-    absent_rows: int = 0
-    """Rows that delete their key."""
+    """Rows that put a row in the table (the others delete their key)."""
 
     def predicate(self, column: Column, data_type: DataType) -> Column:
         """A condition on the target's `column` that every target row a change matches meets.
@@ -66,18 +64,16 @@ def boundable(data_type: DataType) -> bool:
 
 
 def key_range(changes: DataFrame, column: str, present: str) -> KeyRange:
-    """The range of `column` over `changes` and the counts of rows with and without
-    `present` set (one job)."""
+    """The range of `column` over `changes` and the count of rows with `present` set (one job)."""
     from pyspark.sql import functions as F
 
     key = F.col(f"`{column}`")
     row = changes.agg(
         F.min(key).alias("low"), F.max(key).alias("high"),
         F.count(F.when(key.isNull(), 1)).alias("nulls"),
-        F.count(F.col(f"`{present}`")).alias("present"), F.count(F.lit(1)).alias("rows"),
+        F.count(F.col(f"`{present}`")).alias("present"),
     ).collect()[0]
-    present_rows = int(row["present"])
-    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), present_rows, int(row["rows"]) - present_rows)
+    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]))
 
 
 def table_key_max(uri: str, column: str) -> Any:

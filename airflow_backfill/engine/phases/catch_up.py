@@ -60,7 +60,7 @@ class CatchUpRound:
     """Rows-per-second cap the round was paced to (None: unpaced)."""
     paused_seconds: float
     """Part of `seconds` spent waiting for the rate limit."""
-    watermark: int = -1
+    watermark: int
     """The epoch the round committed as the MV's watermark (a round may stop at the end of
     an append-only prefix of its range)."""
 
