@@ -41,7 +41,7 @@ from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
@@ -142,12 +142,9 @@ def _appended_keys_unique(spark: SparkSession, job: BackfillJob, plan: QueryPlan
     columns; skipped under `verify_primary_key: false`). An upstream whose key is not unique
     is applied through the change feed, which nets it to one row per key; appending would
     give the MV the key twice."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     if not appended.paths or not job.verify_primary_key:
         return True
-    upstream = from_arrow_schema(arrow_schema(load_table(job.source)))
-    duplicate = duplicate_key(spark.read.schema(upstream).parquet(*appended.paths), plan.upstream_key)
+    duplicate = duplicate_key(_appended_rows(spark, job, appended), plan.upstream_key)
     if duplicate is not None:
         log.warning("the upstream appended key %s %s times: its primary key %s is not unique; applying "
                     "the range through the change feed, which keeps one row per key",
@@ -161,8 +158,6 @@ def _append_appended(
 ) -> tuple[int, int]:
     """Append the MV query over the added files: every key is new to the MV, so no row of
     the MV is read and nothing is netted. Returns (change rows, MV rows appended)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
     check_range_readable(job.source, watermark, info.epoch)
     change_rows = appended.keys.present_rows
     metadata = replace(info, rows=change_rows).user_metadata(job)
@@ -175,13 +170,19 @@ def _append_appended(
                               user_metadata=metadata)
         maybe_crash(info.phase, "after_commit")
         return 0, 0
-    upstream = from_arrow_schema(arrow_schema(load_table(job.source)))
-    rows = apply_query(spark, spark.read.schema(upstream).parquet(*appended.paths), plan.query)
+    rows = apply_query(spark, _appended_rows(spark, job, appended), plan.query)
     maybe_crash(info.phase, "after_write")
     written = append_new(conform(rows, target), job.target, app_id=job.app_id, version=info.epoch,
                          user_metadata=metadata)
     maybe_crash(info.phase, "after_commit")
     return change_rows, rows_written(job.target) if written else 0
+
+
+def _appended_rows(spark: SparkSession, job: BackfillJob, appended: AppendedFiles) -> DataFrame:
+    """The rows of the added files, read with the upstream's Delta schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.read.schema(from_arrow_schema(arrow_schema(load_table(job.source)))).parquet(*appended.paths)
 
 
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:
