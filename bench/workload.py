@@ -95,9 +95,9 @@ def lineitem_job(
 
 def upstream_files(source: str, epoch: int) -> list[str]:
     """The upstream's data files at `epoch`: what both the engine and the baseline read."""
-    from airflow_backfill.engine.phases.snapshot_chunks import list_upstream_files
+    from airflow_backfill.engine.phases.snapshot_chunks import list_data_files
 
-    return [file.path for file in list_upstream_files(source, epoch)]
+    return [file.path for file in list_data_files(source, epoch)]
 
 
 def plain_spark_job(spark: SparkSession, files: list[str], query: str, out_dir: str) -> None:

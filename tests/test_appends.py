@@ -1,6 +1,7 @@
 """Rounds over epochs that only appended rows: told apart from the upstream's log, applied
 as one append of the MV query over the added files when every added key lies above the
-MV's largest key, and through the change feed and MERGE otherwise; exact either way."""
+MV's largest key, and through the change feed and MERGE otherwise; exact either way. An
+upstream key held twice is refused on either path before anything is committed."""
 
 from __future__ import annotations
 
@@ -9,17 +10,19 @@ import random
 
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from helpers_delta import append_orders, change_type_counts, delete_orders, largest_order, mv_commits
 
 from airflow_backfill.engine.delta.appends import appended_prefix
 from airflow_backfill.engine.delta.change_feed import read_change_feed
+from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
-from oracle import assert_every_commit_matches, duplicate_keys, mv_rows
+from oracle import assert_every_commit_matches, mv_rows
 
 QUERY = "SELECT order_id, customer_id, amount FROM source WHERE status <> 'cancelled'"
 
@@ -35,6 +38,14 @@ def snapshotted_mv(spark, tables, *, rows: int, seed: int, **settings) -> tuple[
                       backfill_parallelism=1, parallelism=1, **settings, **tables)
     run_snapshot(spark, job)
     return job, largest_order(tables["source"])
+
+
+def assert_refused_without_a_commit(spark, job: BackfillJob, reason: str) -> None:
+    """Catch-up fails with an error matching `reason` and leaves the MV as it was."""
+    before = (read_watermark(job.target, job.app_id), mv_rows(job.target))
+    with pytest.raises(UpstreamError, match=reason + ".*nothing was committed"):
+        run_catch_up(spark, job)
+    assert (read_watermark(job.target, job.app_id), mv_rows(job.target)) == before
 
 
 def test_a_range_of_appends_is_read_from_the_log(tables):
@@ -90,19 +101,36 @@ def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, t
 
 
 @pytest.mark.spark
-def test_an_append_that_repeats_a_key_goes_through_the_change_feed(spark, tables, monkeypatch):
+def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(spark, tables):
     source = tables["source"]
     job, top = snapshotted_mv(spark, tables, rows=60, seed=5)
     append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
-    feed_reads = []
-    monkeypatch.setattr(apply, "read_change_feed", lambda *args: feed_reads.append(args[2:4]) or read_change_feed(*args))
 
-    result = run_catch_up(spark, job)
+    assert_refused_without_a_commit(spark, job, r"not unique in the upstream.*appended 2 times")
 
-    assert feed_reads == [(result.watermark - 1, result.watermark)]
-    keys = mv_rows(job.target).column("order_id").to_pylist()
-    assert duplicate_keys(mv_rows(job.target), ["order_id"]) == []  # the MV keeps its key unique
-    assert {top + 1, top + 2} <= set(keys)
+
+@pytest.mark.spark
+def test_a_key_the_change_feed_shows_held_twice_is_refused_before_anything_is_committed(spark, tables):
+    source = tables["source"]
+    job, _ = snapshotted_mv(spark, tables, rows=60, seed=7)
+    smallest = min(DeltaTable(source).to_pyarrow_table(columns=["order_id"]).column("order_id").to_pylist())
+    gone = delete_orders(source, 1)  # deletes `smallest`
+    append_orders(source, [smallest, smallest])  # below the MV's largest key: the feed path
+
+    assert_refused_without_a_commit(spark, job, rf"order_id={smallest} is held twice between epochs {gone} and {gone + 1}")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("status", ["paid", "cancelled"])  # the second row kept by the query, or filtered out
+def test_a_second_row_for_a_key_the_mv_holds_is_refused_before_anything_is_committed(spark, tables, status):
+    source = tables["source"]
+    job, _ = snapshotted_mv(spark, tables, rows=60, seed=8)
+    held = min(mv_rows(job.target).column("order_id").to_pylist())
+    rows = DeltaTable(source).to_pyarrow_table(filters=[("order_id", "=", held)])
+    write_deltalake(source, rows.set_column(rows.schema.get_field_index("status"), "status",
+                                            pa.array([status], rows.schema.field("status").type)), mode="append")
+
+    assert_refused_without_a_commit(spark, job, rf"order_id={held} is held twice")
 
 
 @pytest.mark.spark

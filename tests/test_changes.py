@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_backfill.engine.delta.commits import REPEATED_KEY
 from airflow_backfill.engine.phases.changes import mv_changes, net_changes
 from airflow_backfill.engine.planning.query import plan_query
 
@@ -51,5 +52,42 @@ def test_keys_filtered_out_or_deleted_leave_the_mv(spark):
         FEED_SCHEMA,
     )
     changes = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
-    assert changes.columns == ["id", "doubled", "__present"]
-    assert sorted(tuple(r) for r in changes.collect()) == [(1, 3.0, True), (2, None, None), (3, None, None)]
+    assert changes.columns == ["id", "doubled", "__present", "__arrived"]
+    assert sorted(tuple(r) for r in changes.collect()) == [
+        (1, 3.0, True, True), (2, None, None, False), (3, None, None, False)]
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        [("insert", 3), ("insert", 3)],  # two rows with the key arrive in one commit
+        [("insert", 3), ("insert", 5)],  # a second row arrives while the first stays
+        [("delete", 3), ("insert", 5), ("insert", 5)],  # the key leaves once, comes back twice
+        [("delete", 3), ("delete", 3)],  # two rows held before the range leave together
+    ],
+)
+def test_a_key_the_feed_shows_held_twice_is_refused(spark, history):
+    from pyspark.errors import PySparkException
+
+    feed = spark.createDataFrame(
+        [(7, "new", 1.0, change, version) for change, version in history] + [(8, "new", 2.0, "insert", 3)],
+        FEED_SCHEMA,
+    )
+    with pytest.raises(PySparkException, match=f"{REPEATED_KEY}order_id=7"):
+        net_changes(feed, ("order_id",)).collect()
+    assert len(net_changes(feed, ("order_id",), refuse_repeated_keys=False).collect()) == 2  # netted silently
+
+
+def test_a_unique_key_rewritten_in_every_way_is_not_refused(spark):
+    feed = spark.createDataFrame(
+        [
+            (1, "new", 1.0, "delete", 3), (1, "new", 1.0, "insert", 4),  # gone, back
+            (1, "new", 1.0, "update_preimage", 5), (1, "paid", 2.0, "update_postimage", 5),
+            (1, "paid", 2.0, "delete", 6), (1, "paid", 2.0, "insert", 6),  # a file rewrite
+            (1, "paid", 2.0, "delete", 7),
+            (2, "new", 1.0, "insert", 3), (2, "new", 1.0, "delete", 4), (2, "new", 3.0, "insert", 5),
+        ],
+        FEED_SCHEMA,
+    )
+    rows = {r.order_id: r["__deleted"] for r in net_changes(feed, ("order_id",)).collect()}
+    assert rows == {1: True, 2: False}

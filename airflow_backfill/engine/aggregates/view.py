@@ -11,7 +11,7 @@ import functools
 import json
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.phases.changes import PRESENT
+from airflow_backfill.engine.delta.commits import PRESENT
 from airflow_backfill.engine.planning import aggregate_sql
 from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
 from airflow_backfill.engine.planning.aggregate_sql import quote

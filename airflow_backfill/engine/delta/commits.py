@@ -36,6 +36,14 @@ log = logging.getLogger(__name__)
 PRESENT = "__present"
 """Column of keyed changes: true for a key's new row, null when the key leaves the table."""
 
+ARRIVED = "__arrived"
+"""Optional column of keyed changes: true when the upstream's rows with the key grew by one
+over the range, so a table row already holding the key means the upstream now holds it
+twice: MERGE then fails instead of netting the two rows to one."""
+
+REPEATED_KEY = "airflow_backfill: upstream key repeated: "
+"""Starts the message of the error Spark raises when an upstream key turns out held twice."""
+
 DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
 TABLE_PROPERTIES = {CDF_PROPERTY: "true", DELETION_VECTORS_PROPERTY: "true"}
 """Properties of every table the engine creates: the change feed (an MV can be an upstream)
@@ -143,14 +151,23 @@ def merge_keyed(
         if all_above(changed, table_key_max(uri, leading.name)):
             log.info("every changed key of %s is above its largest key: appending %s rows", uri,
                      changed.present_rows)
-            appended = append_new(source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT), uri, app_id=app_id,
+            appended = append_new(source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT, ARRIVED), uri, app_id=app_id,
                                   version=version, user_metadata=user_metadata)
             return changed.present_rows if appended else 0
         bound = changed.predicate(F.col("t." + _quote(leading.name)), leading.dataType)
         return _merge(spark, table, source, key, bound, app_id=app_id, version=version,
-                      user_metadata=user_metadata, null_safe=null_safe, deletes_only=changed.present_rows == 0)
+                      user_metadata=user_metadata, null_safe=null_safe,
+                      deletes_only=changed.present_rows == 0 and not _any_arrived(source))
     finally:
         source.unpersist()
+
+
+def _any_arrived(source: DataFrame) -> bool:
+    """Whether a change of `source` has `__arrived` (a small job over the persisted changes):
+    the delete-only MERGE has no clause to refuse a repeated key with."""
+    from pyspark.sql import functions as F
+
+    return ARRIVED in source.columns and bool(source.filter(F.col(ARRIVED)).limit(1).count())
 
 
 def append_new(rows: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
@@ -167,12 +184,23 @@ def append_new(rows: DataFrame, uri: str, *, app_id: str, version: int, user_met
     return True
 
 
-def conform(changes: DataFrame, target: StructType) -> DataFrame:
-    """`changes` with the target's columns cast to the target's types (a write never widens
-    them), plus `__present` when `changes` has it."""
+def repeated_key_error(key: Sequence[str], qualifier: str = "") -> Column:
+    """An expression that fails the Spark job when evaluated, naming the row's key (the
+    message starts with `REPEATED_KEY`)."""
     from pyspark.sql import functions as F
 
-    extra = [F.col(PRESENT)] if PRESENT in changes.columns else []
+    prefix = f"{qualifier}." if qualifier else ""
+    values = [F.concat(F.lit(f"{column}="), F.coalesce(F.col(prefix + _quote(column)).cast("string"), F.lit("NULL")))
+              for column in key]
+    return F.raise_error(F.concat(F.lit(REPEATED_KEY), F.concat_ws(", ", *values)))
+
+
+def conform(changes: DataFrame, target: StructType) -> DataFrame:
+    """`changes` with the target's columns cast to the target's types (a write never widens
+    them), plus `__present` and `__arrived` when `changes` has them."""
+    from pyspark.sql import functions as F
+
+    extra = [F.col(column) for column in (PRESENT, ARRIVED) if column in changes.columns]
     return changes.select(*(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), *extra)
 
 
@@ -181,18 +209,26 @@ def _merge(
     app_id: str, version: int, user_metadata: str, null_safe: bool, deletes_only: bool = False,
 ) -> int:
     """Delta's MERGE of keyed changes; `bound` (a condition on the target alone) prunes files.
-    `deletes_only`: every change deletes its key (no row has `__present`)."""
+    `deletes_only`: every change deletes its key (no row has `__present`).
+
+    A change with `__arrived` that matches a row fails the MERGE (its first clause), so
+    nothing is committed.
+    """
     from pyspark.sql import functions as F
 
     equal = "<=>" if null_safe else "="
     condition = F.expr(" AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key))
     if bound is not None:
         condition = condition & bound
-    values: dict[str, str | Column] = {_quote(c): f"s.{_quote(c)}" for c in source.columns if c != PRESENT}
+    values: dict[str, str | Column] = {
+        _quote(c): f"s.{_quote(c)}" for c in source.columns if c not in (PRESENT, ARRIVED)
+    }
     merge = table.alias("t").merge(source.alias("s"), condition)
     if deletes_only:
         merge = merge.whenMatchedDelete()
     else:
+        if ARRIVED in source.columns:
+            merge = merge.whenMatchedUpdate(condition=f"s.{ARRIVED}", set={_quote(key[0]): repeated_key_error(key, "s")})
         merge = (
             merge.whenMatchedDelete(condition=f"s.{PRESENT} IS NULL")
             .whenMatchedUpdate(condition=f"s.{PRESENT} IS NOT NULL", set=values)

@@ -27,6 +27,7 @@ from airflow_backfill.engine.delta.change_feed import (
     read_change_feed,
 )
 from airflow_backfill.engine.delta.commits import (
+    REPEATED_KEY,
     CommitInfo,
     append_new,
     commit_watermark_only,
@@ -38,7 +39,7 @@ from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_wat
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, duplicate_key, mv_changes, net_changes
 from airflow_backfill.engine.planning.query import referenced_columns
-from airflow_backfill.exceptions import TargetError
+from airflow_backfill.exceptions import TargetError, UpstreamError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -137,19 +138,24 @@ def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_v
     return appended
 
 
-def _appended_keys_unique(spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles) -> bool:
-    """Whether the added rows hold each upstream key once (one small Spark job over the key
-    columns; skipped under `verify_primary_key: false`). An upstream whose key is not unique
-    is applied through the change feed, which nets it to one row per key; appending would
-    give the MV the key twice."""
+def _refuse_repeated_appended_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan,
+                                   appended: AppendedFiles) -> None:
+    """The added rows must hold each upstream key once, as the snapshot proves for its rows
+    (one small Spark job over the key columns; skipped under `verify_primary_key: false`,
+    when a repeated key would be appended twice)."""
     if not appended.paths or not job.verify_primary_key:
-        return True
+        return
     duplicate = duplicate_key(_appended_rows(spark, job, appended), plan.upstream_key)
     if duplicate is not None:
-        log.warning("the upstream appended key %s %s times: its primary key %s is not unique; applying "
-                    "the range through the change feed, which keeps one row per key",
-                    duplicate[0], duplicate[1], list(job.primary_key))
-    return duplicate is None
+        raise _repeated_key_error(job, f"key {duplicate[0]} appended {duplicate[1]} times")
+
+
+def _repeated_key_error(job: BackfillJob, what: str) -> UpstreamError:
+    return UpstreamError(
+        f"primary key {list(job.primary_key)} is not unique in the upstream {job.source}: {what}. Fix the "
+        "upstream or declare its real primary key (or set verify_primary_key: false to keep one row per "
+        "key); nothing was committed."
+    )
 
 
 def _append_appended(
@@ -185,6 +191,15 @@ def _appended_rows(spark: SparkSession, job: BackfillJob, appended: AppendedFile
     return spark.read.schema(from_arrow_schema(arrow_schema(load_table(job.source)))).parquet(*appended.paths)
 
 
+def _repeated_key(error: Exception) -> str | None:
+    """The key named by the error `net_changes` raises inside Spark, if `error` is that one."""
+    text = str(error)
+    start = text.find(REPEATED_KEY)
+    if start < 0:
+        return None
+    return text[start + len(REPEATED_KEY):].splitlines()[0].split(" SQLSTATE")[0].strip().rstrip(".")
+
+
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:
     """The field called `name`, whatever its case (Spark resolves names case-insensitively)."""
     return next((field for field in schema if field.name.lower() == name.lower()), None)
@@ -206,7 +221,8 @@ def _apply_stateless(
     watermark, change rows read, MV rows the MERGE changed).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
-    if appended is not None and _appended_keys_unique(spark, job, plan, appended):
+    if appended is not None:
+        _refuse_repeated_appended_keys(spark, job, plan, appended)
         if appended.end_version < info.epoch:
             log.info("%s: epochs %s..%s only appended; they are applied as a round of their own before "
                      "epochs %s..%s", info.phase, watermark + 1, appended.end_version, appended.end_version + 1,
@@ -216,11 +232,20 @@ def _apply_stateless(
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:
         change_rows = feed.count()
-        keyed = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
+        net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
+        keyed = mv_changes(spark, net, plan)
         maybe_crash(info.phase, "after_write")
         null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
-        changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                              user_metadata=replace(info, rows=change_rows).user_metadata(job), null_safe=null_safe)
+        try:
+            changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                                  user_metadata=replace(info, rows=change_rows).user_metadata(job),
+                                  null_safe=null_safe)
+        except Exception as error:
+            repeated = _repeated_key(error)
+            if repeated is None:
+                raise
+            raise _repeated_key_error(job, f"{repeated} is held twice between epochs {watermark + 1} and "
+                                           f"{info.epoch}") from None
         maybe_crash(info.phase, "after_commit")
         return info.epoch, change_rows, changed
     finally:

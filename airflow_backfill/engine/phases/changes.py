@@ -11,24 +11,38 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
+from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, repeated_key_error
 from airflow_backfill.engine.planning.query import SOURCE_TABLE, QueryPlan
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession, WindowSpec
 
 DELETED = "__deleted"
-PRESENT = "__present"
 
 # Within one commit a key can appear more than once (a rewrite removes and re-adds it);
 # the image that survives the commit is the highest-ranked one.
 _CHANGE_RANK = {"update_preimage": 0, "delete": 1, "insert": 2, "update_postimage": 3}
 
+SIGN = "__sign"
+_ARRIVING = ("insert", "update_postimage")
+_LEAVING = ("delete", "update_preimage")
 
-def net_changes(changes: DataFrame, upstream_key: tuple[str, ...]) -> DataFrame:
+
+def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_repeated_keys: bool = True) -> DataFrame:
     """The last image of every upstream key changed in the feed, flagged when deleted.
 
     Output: the upstream's columns plus `__deleted` (true when the key no longer exists
-    at the end of the range, including a key moved away by an update of the key).
+    at the end of the range, including a key moved away by an update of the key) and,
+    with `refuse_repeated_keys`, `__arrived` (the key's rows grew by one over the range).
+
+    Netting keeps one image per key, which is only right when the key is unique. With
+    `refuse_repeated_keys`, a key whose feed shows it held twice at some epoch (its rows
+    counted up and down commit by commit span more than one, as when two rows with the
+    key arrive together) makes Spark raise an error starting with `REPEATED_KEY` when the
+    rows are evaluated, so the commit never happens. The counts are window functions over
+    the netting's own partitioning and order: no extra shuffle or sort. A second row
+    arriving for a key that was there before the range does not show in the feed: the
+    MERGE refuses it (`__arrived` on a key the MV holds).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -36,24 +50,38 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...]) -> DataFrame:
     rank = F.lit(None).cast("int")
     for change_type, value in _CHANGE_RANK.items():
         rank = F.when(F.col(CHANGE_TYPE) == change_type, F.lit(value)).otherwise(rank)
-    latest_first = Window.partitionBy(*upstream_key).orderBy(
-        F.col(COMMIT_VERSION).desc(), F.col("__rank").desc()
-    )
+    per_key = Window.partitionBy(*upstream_key)
+    latest_first = per_key.orderBy(F.col(COMMIT_VERSION).desc(), F.col("__rank").desc())
     upstream_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
+    deleted = F.col(CHANGE_TYPE).isin("delete", "update_preimage")
+    netted = changes.withColumn("__rank", rank).withColumn("__n", F.row_number().over(latest_first))
+    if refuse_repeated_keys:
+        netted = _flag_repeated_keys(netted, per_key)
+        deleted = F.when(F.col("__repeated"), repeated_key_error(upstream_key)).otherwise(deleted)
+        flags = [deleted.alias(DELETED), (F.col("__total") == 1).alias(ARRIVED)]
+    else:
+        flags = [deleted.alias(DELETED)]
+    return netted.filter(F.col("__n") == 1).select(*upstream_columns, *flags)
+
+
+def _flag_repeated_keys(netted: DataFrame, per_key: WindowSpec) -> DataFrame:
+    """Add `__repeated`: the key's row count, followed commit by commit, spans more than one.
+
+    With a unique key the upstream holds 0 or 1 row of it at every epoch, so the running
+    sum of arrivals (+1) and departures (-1) stays within a span of one whatever the count
+    was before the range. `after` sums the commits at or after a row's commit; the total
+    minus it is the running sum just before that commit.
+    """
+    from pyspark.sql import functions as F
+
+    after = F.sum(_sign()).over(per_key.orderBy(F.col(COMMIT_VERSION).desc()))
     return (
-        changes.withColumn("__rank", rank)
-        .withColumn("__n", F.row_number().over(latest_first))
-        .filter(F.col("__n") == 1)
-        .select(
-            *upstream_columns,
-            F.col(CHANGE_TYPE).isin("delete", "update_preimage").alias(DELETED),
-        )
+        netted.withColumn("__total", F.sum(_sign()).over(per_key))
+        .withColumn("__before", F.col("__total") - after)
+        .withColumn("__high", F.greatest(F.max("__before").over(per_key), F.col("__total")))
+        .withColumn("__low", F.least(F.min("__before").over(per_key), F.col("__total")))
+        .withColumn("__repeated", F.col("__high") - F.col("__low") > 1)
     )
-
-
-SIGN = "__sign"
-_ARRIVING = ("insert", "update_postimage")
-_LEAVING = ("delete", "update_preimage")
 
 
 def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -66,9 +94,15 @@ def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
+    return feed.select(*(F.col(f"`{c}`") for c in columns), _sign().alias(SIGN)).filter(F.col(SIGN).isNotNull())
+
+
+def _sign() -> Column:
+    """+1 for a change row that brings its row in, -1 for one that takes it out."""
+    from pyspark.sql import functions as F
+
     change = F.col(CHANGE_TYPE)
-    sign = (F.when(change.isin(*_ARRIVING), F.lit(1)).when(change.isin(*_LEAVING), F.lit(-1))).cast("int")
-    return feed.select(*(F.col(f"`{c}`") for c in columns), sign.alias(SIGN)).filter(F.col(SIGN).isNotNull())
+    return F.when(change.isin(*_ARRIVING), F.lit(1)).when(change.isin(*_LEAVING), F.lit(-1)).cast("int")
 
 
 def apply_query(spark: SparkSession, rows: DataFrame, query: str) -> DataFrame:
@@ -96,7 +130,8 @@ def duplicate_key(rows: DataFrame, key: Sequence[str]) -> tuple[dict, int] | Non
 
 
 def mv_changes(spark: SparkSession, net: DataFrame, plan: QueryPlan) -> DataFrame:
-    """Keyed MV changes: one row per changed MV key with the new row, or `__present` null.
+    """Keyed MV changes: one row per changed MV key with the new row, or `__present` null
+    (and `__arrived` when `net` has it).
 
     A stateless query maps each live upstream row to at most one MV row with the same
     key; keys whose new image is deleted or filtered out leave the MV. Keys are matched
@@ -104,13 +139,15 @@ def mv_changes(spark: SparkSession, net: DataFrame, plan: QueryPlan) -> DataFram
     """
     from pyspark.sql import functions as F
 
-    live = net.filter(~F.col(DELETED)).drop(DELETED)
+    flags = [column for column in (ARRIVED,) if column in net.columns]
+    live = net.filter(~F.col(DELETED)).drop(DELETED, *flags)
     new_rows = apply_query(spark, live, plan.query).withColumn(PRESENT, F.lit(True)).alias("n")
     changed_keys = net.select(
-        *(F.col(upstream).alias(mv) for upstream, mv in zip(plan.upstream_key, plan.mv_key, strict=True))
+        *(F.col(upstream).alias(mv) for upstream, mv in zip(plan.upstream_key, plan.mv_key, strict=True)), *flags
     ).distinct().alias("k")
     same_key = [F.col(f"k.`{key}`").eqNullSafe(F.col(f"n.`{key}`")) for key in plan.mv_key]
-    return changed_keys.join(new_rows, on=same_key, how="left").select(*(
-        F.col(f"k.`{column}`" if column in plan.mv_key else f"n.`{column}`").alias(column)
-        for column in new_rows.columns
-    ))
+    return changed_keys.join(new_rows, on=same_key, how="left").select(
+        *(F.col(f"k.`{column}`" if column in plan.mv_key else f"n.`{column}`").alias(column)
+          for column in new_rows.columns),
+        *(F.col(f"k.{flag}") for flag in flags),
+    )

@@ -49,7 +49,7 @@ from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
 from airflow_backfill.engine.phases.snapshot_chunks import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
-    list_upstream_files,
+    list_data_files,
     plan_chunks,
 )
 from airflow_backfill.engine.phases.snapshot_progress import (
@@ -113,7 +113,7 @@ def _snapshot(
         return SnapshotResult(existing, 0, True, time.monotonic() - started)
     upstream, progress = _pin_epoch(job, epoch)
     output_schema = mv_schema(spark, upstream, plan)
-    chunks = plan_chunks(list_upstream_files(job.source, upstream.version), chunk_bytes)
+    chunks = plan_chunks(list_data_files(job.source, upstream.version), chunk_bytes)
     if upstream.deletion_vectors and len(chunks) > 1:
         chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
     if progress is None or progress.chunks_total != len(chunks):
@@ -320,7 +320,7 @@ def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPla
     """
     if not table_exists(job.target):
         return
-    data_files = [f.path for f in list_upstream_files(job.target, load_table(job.target).version())]
+    data_files = [f.path for f in list_data_files(job.target, load_table(job.target).version())]
     duplicate = duplicate_key(spark.read.schema(schema).parquet(*data_files), plan.mv_key) if data_files else None
     if duplicate is not None:
         row, count = duplicate

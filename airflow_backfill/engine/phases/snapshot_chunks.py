@@ -22,7 +22,7 @@ halves that share, and a crash still redoes at most one chunk."""
 
 
 @dataclass(frozen=True)
-class UpstreamFile:
+class DataFile:
     path: str
     size: int
     rows: int
@@ -31,7 +31,7 @@ class UpstreamFile:
 @dataclass(frozen=True)
 class Chunk:
     index: int
-    files: tuple[UpstreamFile, ...]
+    files: tuple[DataFile, ...]
 
     @property
     def rows(self) -> int:
@@ -42,11 +42,12 @@ class Chunk:
         return sum(f.size for f in self.files)
 
 
-def list_upstream_files(uri: str, version: int) -> list[UpstreamFile]:
-    """The upstream's data files at `version`, in a stable order, with row counts."""
+def list_data_files(uri: str, version: int) -> list[DataFile]:
+    """A table's data files at `version` (the upstream's for chunks, the MV's for the key proof),
+    in a stable order, with row counts."""
     actions = pa.table(open_upstream(uri, version).get_add_actions(flatten=True))
     files = [
-        UpstreamFile(
+        DataFile(
             path=row["path"] if "://" in row["path"] or os.path.isabs(row["path"]) else join(uri, row["path"]),
             size=int(row["size_bytes"]),
             rows=int(row["num_records"] or 0),
@@ -56,10 +57,10 @@ def list_upstream_files(uri: str, version: int) -> list[UpstreamFile]:
     return sorted(files, key=lambda f: f.path)
 
 
-def plan_chunks(files: list[UpstreamFile], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[Chunk]:
+def plan_chunks(files: list[DataFile], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[Chunk]:
     """Consecutive groups of files of about `chunk_bytes` each (a big file is its own chunk)."""
     chunks: list[Chunk] = []
-    current: list[UpstreamFile] = []
+    current: list[DataFile] = []
     current_bytes = 0
     for file in files:
         if current and current_bytes + file.size > chunk_bytes:
