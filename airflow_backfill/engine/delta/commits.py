@@ -151,8 +151,8 @@ def merge_keyed(
         if all_above(changed, table_key_max(uri, leading.name)):
             log.info("every changed key of %s is above its largest key: appending %s rows", uri,
                      changed.present_rows)
-            appended = append_new(source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT, ARRIVED), uri, app_id=app_id,
-                                  version=version, user_metadata=user_metadata)
+            new_rows = source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT, ARRIVED)
+            appended = append_new(new_rows, uri, app_id=app_id, version=version, user_metadata=user_metadata)
             return changed.present_rows if appended else 0
         bound = changed.predicate(F.col("t." + _quote(leading.name)), leading.dataType)
         return _merge(spark, table, source, key, bound, app_id=app_id, version=version,
@@ -228,7 +228,8 @@ def _merge(
         merge = merge.whenMatchedDelete()
     else:
         if ARRIVED in source.columns:
-            merge = merge.whenMatchedUpdate(condition=f"s.{ARRIVED}", set={_quote(key[0]): repeated_key_error(key, "s")})
+            refuse: dict[str, str | Column] = {_quote(key[0]): repeated_key_error(key, "s")}
+            merge = merge.whenMatchedUpdate(condition=f"s.{ARRIVED}", set=refuse)
         merge = (
             merge.whenMatchedDelete(condition=f"s.{PRESENT} IS NULL")
             .whenMatchedUpdate(condition=f"s.{PRESENT} IS NOT NULL", set=values)

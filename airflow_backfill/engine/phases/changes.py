@@ -37,10 +37,12 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
 
     Netting keeps one image per key, which is only right when the key is unique. With
     `refuse_repeated_keys`, a key whose feed shows it held twice at some epoch (its rows
-    counted up and down commit by commit span more than one, as when two rows with the
+    counted up and down change by change span more than one, as when two rows with the
     key arrive together) makes Spark raise an error starting with `REPEATED_KEY` when the
     rows are evaluated, so the commit never happens. The counts are window functions over
-    the netting's own partitioning and order: no extra shuffle or sort. A second row
+    the netting's own partitioning and order: no extra shuffle or sort, but the netting
+    then reads every change row (without them Spark keeps only each key's latest row in a
+    map-side top-1 before its shuffle). A second row
     arriving for a key that was there before the range does not show in the feed: the
     MERGE refuses it (`__arrived` on a key the MV holds).
     """
@@ -50,38 +52,43 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
     rank = F.lit(None).cast("int")
     for change_type, value in _CHANGE_RANK.items():
         rank = F.when(F.col(CHANGE_TYPE) == change_type, F.lit(value)).otherwise(rank)
-    per_key = Window.partitionBy(*upstream_key)
-    latest_first = per_key.orderBy(F.col(COMMIT_VERSION).desc(), F.col("__rank").desc())
+    latest_first = Window.partitionBy(*upstream_key).orderBy(F.col(COMMIT_VERSION).desc(), F.col("__rank").desc())
     upstream_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
     deleted = F.col(CHANGE_TYPE).isin("delete", "update_preimage")
-    netted = changes.withColumn("__rank", rank).withColumn("__n", F.row_number().over(latest_first))
+    ranked = changes.withColumn("__rank", rank)
     if refuse_repeated_keys:
-        netted = _flag_repeated_keys(netted, per_key)
+        netted = _flag_repeated_keys(ranked, latest_first)
         deleted = F.when(F.col("__repeated"), repeated_key_error(upstream_key)).otherwise(deleted)
         flags = [deleted.alias(DELETED), (F.col("__total") == 1).alias(ARRIVED)]
     else:
+        netted = ranked.withColumn("__n", F.row_number().over(latest_first))
         flags = [deleted.alias(DELETED)]
     return netted.filter(F.col("__n") == 1).select(*upstream_columns, *flags)
 
 
-def _flag_repeated_keys(netted: DataFrame, per_key: WindowSpec) -> DataFrame:
-    """Add `__repeated`: the key's row count, followed commit by commit, spans more than one.
+def _flag_repeated_keys(ranked: DataFrame, latest_first: WindowSpec) -> DataFrame:
+    """Add the netting's `__n` and `__repeated`: the key's row count, followed change by change, spans more than one.
 
     With a unique key the upstream holds 0 or 1 row of it at every epoch, so the running
     sum of arrivals (+1) and departures (-1) stays within a span of one whatever the count
-    was before the range. `after` sums the commits at or after a row's commit; the total
-    minus it is the running sum just before that commit.
+    was before the range. Read backwards in the netting's order, a commit's departures
+    come before its arrivals, so a unique key stays within that span between the rows of
+    one commit too. `after` sums a row and the rows after it; the total minus it is the
+    running sum just before the row. Same window order as the netting: two window
+    operators over one sort.
     """
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    after = F.sum(_sign()).over(per_key.orderBy(F.col(COMMIT_VERSION).desc()))
-    return (
-        netted.withColumn("__total", F.sum(_sign()).over(per_key))
-        .withColumn("__before", F.col("__total") - after)
-        .withColumn("__high", F.greatest(F.max("__before").over(per_key), F.col("__total")))
-        .withColumn("__low", F.least(F.min("__before").over(per_key), F.col("__total")))
-        .withColumn("__repeated", F.col("__high") - F.col("__low") > 1)
-    )
+    whole_key = latest_first.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    after = F.sum(_sign()).over(latest_first.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    counted = ranked.select("*", F.row_number().over(latest_first).alias("__n"),
+                            F.sum(_sign()).over(whole_key).alias("__total"), after.alias("__after"))
+    before = F.col("__total") - F.col("__after")
+    spanned = counted.select("*", F.max(before).over(whole_key).alias("__high"), F.min(before).over(whole_key).alias("__low"))
+    high = F.greatest(F.col("__high"), F.col("__total"))
+    low = F.least(F.col("__low"), F.col("__total"))
+    return spanned.withColumn("__repeated", high - low > 1)
 
 
 def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
