@@ -162,10 +162,10 @@ class BackfillJob:
     """Prove in the snapshot that the primary key is unique in the query's output before
     the MV is created, in rounds applied as appends that the added rows repeat no key, and
     in rounds read from the change feed that no key is held twice, as the feed or the MV
-    shows it (a repeated key is refused, naming it, before anything is committed). The proof is a shuffle of the key
-    columns; set False only when the upstream guarantees its key (e.g. it is another job's
-    MV keyed the same way): a duplicate key then goes undetected, appended twice or netted
-    to one row."""
+    shows it (a repeated key is refused, naming it, before anything is committed). The
+    proof is a shuffle of the key columns; set False only when the upstream guarantees its
+    key (e.g. it is another job's MV keyed the same way): a duplicate key then goes
+    undetected, appended twice or netted to one row."""
     aws_conn_id: str | None = None
     """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
     tables on S3. Its credentials reach spark-submit as environment variables only."""

@@ -64,6 +64,7 @@ def test_keys_filtered_out_or_deleted_leave_the_mv(spark):
         [("insert", 3), ("insert", 5)],  # a second row arrives while the first stays
         [("delete", 3), ("insert", 5), ("insert", 5)],  # the key leaves once, comes back twice
         [("delete", 3), ("delete", 3)],  # two rows held before the range leave together
+        [("insert", 3), ("insert", 3), ("delete", 5)],  # held twice, then once: unique again at the end
     ],
 )
 def test_a_key_the_feed_shows_held_twice_is_refused(spark, history):

@@ -42,9 +42,9 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
     rows are evaluated, so the commit never happens. The counts are window functions over
     the netting's own partitioning and order: no extra shuffle or sort, but the netting
     then reads every change row (without them Spark keeps only each key's latest row in a
-    map-side top-1 before its shuffle). A second row
-    arriving for a key that was there before the range does not show in the feed: the
-    MERGE refuses it (`__arrived` on a key the MV holds).
+    map-side top-1 before its shuffle). A second row arriving for a key that was there
+    before the range does not show in the feed: the MERGE refuses it (`__arrived` on a
+    key the MV holds).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -67,14 +67,15 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
 
 
 def _flag_repeated_keys(ranked: DataFrame, latest_first: WindowSpec) -> DataFrame:
-    """Add the netting's `__n` and `__repeated`: the key's row count, followed change by change, spans more than one.
+    """Add the netting's `__n` and `__repeated`: the key's row count, followed change by
+    change, spans more than one.
 
     With a unique key the upstream holds 0 or 1 row of it at every epoch, so the running
     sum of arrivals (+1) and departures (-1) stays within a span of one whatever the count
     was before the range. Read backwards in the netting's order, a commit's departures
     come before its arrivals, so a unique key stays within that span between the rows of
-    one commit too. `after` sums a row and the rows after it; the total minus it is the
-    running sum just before the row. Same window order as the netting: two window
+    one commit too. `__after` sums a row and the rows that came later; the total minus it
+    is the running sum just before the row. Same window order as the netting: two window
     operators over one sort.
     """
     from pyspark.sql import Window
@@ -85,7 +86,8 @@ def _flag_repeated_keys(ranked: DataFrame, latest_first: WindowSpec) -> DataFram
     counted = ranked.select("*", F.row_number().over(latest_first).alias("__n"),
                             F.sum(_sign()).over(whole_key).alias("__total"), after.alias("__after"))
     before = F.col("__total") - F.col("__after")
-    spanned = counted.select("*", F.max(before).over(whole_key).alias("__high"), F.min(before).over(whole_key).alias("__low"))
+    spanned = counted.select(
+        "*", F.max(before).over(whole_key).alias("__high"), F.min(before).over(whole_key).alias("__low"))
     high = F.greatest(F.col("__high"), F.col("__total"))
     low = F.least(F.col("__low"), F.col("__total"))
     return spanned.withColumn("__repeated", high - low > 1)
