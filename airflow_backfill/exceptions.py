@@ -23,5 +23,17 @@ class UpstreamError(BackfillError):
     """The upstream table cannot be backfilled from (missing, no change feed, ...)."""
 
 
+class RepeatedKeyError(UpstreamError):
+    """The upstream holds a primary key more than once: the MV would be wrong, so the
+    phase refuses it (the snapshot's key proof, or a round's checks)."""
+
+    def __init__(self, primary_key: list[str], source: str, what: str) -> None:
+        super().__init__(
+            f"primary key {primary_key} is not unique in the upstream: {what}. Fix the upstream {source} or "
+            "declare its real primary key (or set verify_primary_key: false to keep one row per key); "
+            "nothing was committed."
+        )
+
+
 class TargetError(BackfillError):
     """The target MV table is in a state this job cannot continue from."""

@@ -195,6 +195,16 @@ def repeated_key_error(key: Sequence[str], qualifier: str = "") -> Column:
     return F.raise_error(F.concat(F.lit(REPEATED_KEY), F.concat_ws(", ", *values)))
 
 
+def repeated_key_named(error: Exception) -> str | None:
+    """The key a `repeated_key_error` expression named, when `error` is the Spark failure it
+    raised; else None."""
+    text = str(error)
+    start = text.find(REPEATED_KEY)
+    if start < 0:
+        return None
+    return text[start + len(REPEATED_KEY):].splitlines()[0].split(" SQLSTATE")[0].strip().rstrip(".")
+
+
 def conform(changes: DataFrame, target: StructType) -> DataFrame:
     """`changes` with the target's columns cast to the target's types (a write never widens
     them), plus `__present` and `__arrived` when `changes` has them."""

@@ -27,19 +27,19 @@ from airflow_backfill.engine.delta.change_feed import (
     read_change_feed,
 )
 from airflow_backfill.engine.delta.commits import (
-    REPEATED_KEY,
     CommitInfo,
     append_new,
     commit_watermark_only,
     conform,
     merge_keyed,
+    repeated_key_named,
 )
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, duplicate_key, mv_changes, net_changes
 from airflow_backfill.engine.planning.query import referenced_columns
-from airflow_backfill.exceptions import TargetError, UpstreamError
+from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -147,15 +147,8 @@ def _refuse_repeated_appended_keys(spark: SparkSession, job: BackfillJob, plan: 
         return
     duplicate = duplicate_key(_appended_rows(spark, job, appended), plan.upstream_key)
     if duplicate is not None:
-        raise _repeated_key_error(job, f"key {duplicate[0]} appended {duplicate[1]} times")
-
-
-def _repeated_key_error(job: BackfillJob, what: str) -> UpstreamError:
-    return UpstreamError(
-        f"primary key {list(job.primary_key)} is not unique in the upstream {job.source}: {what}. Fix the "
-        "upstream or declare its real primary key (or set verify_primary_key: false to keep one row per "
-        "key); nothing was committed."
-    )
+        raise RepeatedKeyError(list(job.primary_key), job.source,
+                               f"key {duplicate[0]} appended {duplicate[1]} times")
 
 
 def _append_appended(
@@ -189,15 +182,6 @@ def _appended_rows(spark: SparkSession, job: BackfillJob, appended: AppendedFile
     from pyspark.sql.pandas.types import from_arrow_schema
 
     return spark.read.schema(from_arrow_schema(arrow_schema(load_table(job.source)))).parquet(*appended.paths)
-
-
-def _repeated_key(error: Exception) -> str | None:
-    """The key named by the error `net_changes` raises inside Spark, if `error` is that one."""
-    text = str(error)
-    start = text.find(REPEATED_KEY)
-    if start < 0:
-        return None
-    return text[start + len(REPEATED_KEY):].splitlines()[0].split(" SQLSTATE")[0].strip().rstrip(".")
 
 
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:
@@ -241,11 +225,11 @@ def _apply_stateless(
                                   user_metadata=replace(info, rows=change_rows).user_metadata(job),
                                   null_safe=null_safe)
         except Exception as error:
-            repeated = _repeated_key(error)
+            repeated = repeated_key_named(error)
             if repeated is None:
                 raise
-            raise _repeated_key_error(job, f"{repeated} is held twice between epochs {watermark + 1} and "
-                                           f"{info.epoch}") from None
+            raise RepeatedKeyError(list(job.primary_key), job.source,
+                                   f"{repeated} is held twice between epochs {watermark + 1} and {info.epoch}") from None
         maybe_crash(info.phase, "after_commit")
         return info.epoch, change_rows, changed
     finally:

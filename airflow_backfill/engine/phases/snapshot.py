@@ -62,7 +62,7 @@ from airflow_backfill.engine.phases.snapshot_progress import (
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError, UpstreamError
+from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -326,7 +326,4 @@ def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPla
         row, count = duplicate
         discard_uncreated_mv(job.target)
         discard_progress(job.target)
-        raise UpstreamError(
-            f"primary key {list(job.primary_key)} is not unique in the upstream: MV key {row} appears "
-            f"{count} times. Fix the upstream or declare its real primary key; nothing was committed."
-        )
+        raise RepeatedKeyError(list(job.primary_key), job.source, f"MV key {row} appears {count} times")
