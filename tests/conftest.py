@@ -43,6 +43,12 @@ os.environ["SPARK_CONF_DIR"] = _test_spark_conf_dir()
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """End-to-end tests first: the suite runs on two processes that steal work from each
+    other (scripts/test.sh), and a minutes-long test started last would run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
 @pytest.fixture(scope="session")
 def spark():
     from airflow_backfill.engine.spark_session import build_spark_session

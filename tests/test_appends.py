@@ -25,16 +25,17 @@ from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches, mv_rows
 
 QUERY = "SELECT order_id, customer_id, amount FROM source WHERE status <> 'cancelled'"
+UNFILTERED = "SELECT order_id, customer_id, amount FROM source"
 
 
 def order_id_field(uri: str) -> pa.Field:
     return pa.schema(DeltaTable(uri).schema().to_arrow()).field("order_id")
 
 
-def snapshotted_mv(spark, tables, *, rows: int, seed: int, **settings) -> tuple[BackfillJob, int]:
+def snapshotted_mv(spark, tables, *, rows: int, seed: int, query: str = QUERY, **settings) -> tuple[BackfillJob, int]:
     """An orders MV snapshotted over a fresh upstream, and the upstream's largest order id."""
     create_orders_table(tables["source"], rows=rows, seed=seed)
-    job = BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+    job = BackfillJob(name="orders_mv", query=query, primary_key=["order_id"], lag_threshold=0,
                       backfill_parallelism=1, parallelism=1, **settings, **tables)
     run_snapshot(spark, job)
     return job, largest_order(tables["source"])
@@ -101,18 +102,22 @@ def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, t
 
 
 @pytest.mark.spark
-def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(spark, tables):
+@pytest.mark.parametrize(("query", "reason"), [
+    (QUERY, r"order_id={top} is held 2 times at epoch {version}"),  # a WHERE: the upstream is read
+    (UNFILTERED, r"appended 2 times"),  # every row in the MV: the appended rows are checked alone
+], ids=["where", "no_where"])
+def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(spark, tables, query, reason):
     source = tables["source"]
-    job, top = snapshotted_mv(spark, tables, rows=60, seed=5)
-    append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
+    job, top = snapshotted_mv(spark, tables, rows=60, seed=5, query=query)
+    version = append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
 
-    assert_refused_without_a_commit(spark, job, r"not unique in the upstream.*appended 2 times")
+    assert_refused_without_a_commit(spark, job, reason.format(top=top + 1, version=version))
 
 
 @pytest.mark.spark
 def test_a_key_the_change_feed_shows_held_twice_is_refused_before_anything_is_committed(spark, tables):
     source = tables["source"]
-    job, _ = snapshotted_mv(spark, tables, rows=60, seed=7)
+    job, _ = snapshotted_mv(spark, tables, rows=60, seed=7, query=UNFILTERED)  # no WHERE: the netting refuses
     smallest = min(DeltaTable(source).to_pyarrow_table(columns=["order_id"]).column("order_id").to_pylist())
     gone = delete_orders(source, 1)  # deletes `smallest`
     append_orders(source, [smallest, smallest])  # below the MV's largest key: the feed path
@@ -121,16 +126,49 @@ def test_a_key_the_change_feed_shows_held_twice_is_refused_before_anything_is_co
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("status", ["paid", "cancelled"])  # the second row kept by the query, or filtered out
-def test_a_second_row_for_a_key_the_mv_holds_is_refused_before_anything_is_committed(spark, tables, status):
+@pytest.mark.parametrize(("query", "status", "reason"), [
+    (UNFILTERED, "paid", "is held twice between epochs"),  # the MERGE finds the MV's row
+    (QUERY, "paid", "is held 2 times at epoch"),  # a WHERE: the upstream is asked first
+    (QUERY, "cancelled", "is held 2 times at epoch"),  # the second row filtered out
+], ids=["no_where", "where", "where_second_row_filtered"])
+def test_a_second_row_for_a_key_the_mv_holds_is_refused_before_anything_is_committed(
+        spark, tables, query, status, reason):
     source = tables["source"]
-    job, _ = snapshotted_mv(spark, tables, rows=60, seed=8)
+    job, _ = snapshotted_mv(spark, tables, rows=60, seed=8, query=query)
     held = min(mv_rows(job.target).column("order_id").to_pylist())
-    rows = DeltaTable(source).to_pyarrow_table(filters=[("order_id", "=", held)])
-    write_deltalake(source, rows.set_column(rows.schema.get_field_index("status"), "status",
-                                            pa.array([status], rows.schema.field("status").type)), mode="append")
+    append_order(source, held, status)
 
-    assert_refused_without_a_commit(spark, job, rf"order_id={held} is held twice")
+    assert_refused_without_a_commit(spark, job, rf"order_id={held} {reason}")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("path", ["feed", "append"])
+def test_a_second_row_for_a_key_the_query_filtered_out_is_refused_before_anything_is_committed(spark, tables, path):
+    """The MV lacks the key's first row, so only the upstream can tell it is held twice."""
+    source = tables["source"]
+    job, top = snapshotted_mv(spark, tables, rows=60, seed=9)
+    if path == "append":  # above the MV's largest key: a round of appends
+        hidden = top + 1
+        append_order(source, hidden, "cancelled")
+        run_catch_up(spark, job)
+    else:  # below it: the change feed and the MERGE
+        upstream = DeltaTable(source).to_pyarrow_table(columns=["order_id", "status"]).to_pylist()
+        hidden = min(row["order_id"] for row in upstream if row["status"] == "cancelled")
+        assert hidden not in mv_rows(job.target).column("order_id").to_pylist()
+    version = append_order(source, hidden, "paid")
+
+    assert_refused_without_a_commit(spark, job, rf"order_id={hidden} is held 2 times at epoch {version}")
+
+
+def append_order(source: str, order_id: int, status: str) -> int:
+    """Append a copy of an existing order under `order_id` with `status`; its version."""
+    rows = DeltaTable(source).to_pyarrow_table().slice(0, 1)
+    rows = rows.set_column(rows.schema.get_field_index("order_id"), rows.schema.field("order_id"),
+                           pa.array([order_id], rows.schema.field("order_id").type))
+    rows = rows.set_column(rows.schema.get_field_index("status"), rows.schema.field("status"),
+                           pa.array([status], rows.schema.field("status").type))
+    write_deltalake(source, rows, mode="append")
+    return DeltaTable(source).version()
 
 
 @pytest.mark.spark

@@ -37,7 +37,12 @@ from airflow_backfill.engine.delta.commits import (
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import apply_query, duplicate_key, mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
+from airflow_backfill.engine.phases.repeated_keys import (
+    refuse_inserted_keys_held_twice,
+    refuse_keys_held_twice,
+    refuse_repeated_appended_keys,
+)
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
@@ -140,15 +145,16 @@ def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_v
 
 def _refuse_repeated_appended_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan,
                                    appended: AppendedFiles) -> None:
-    """The added rows must hold each upstream key once, as the snapshot proves for its rows
-    (one small Spark job over the key columns; skipped under `verify_primary_key: false`,
-    when a repeated key would be appended twice)."""
+    """Each upstream key the range appended must be held once (skipped under
+    `verify_primary_key: false`, when a repeated key would be appended twice). The added
+    rows alone tell when the query keeps every row; a query with a WHERE may have left an
+    earlier row of the key out of the MV, so the upstream is read over the added keys' range."""
     if not appended.paths or not job.verify_primary_key:
         return
-    duplicate = duplicate_key(_appended_rows(spark, job, appended), plan.upstream_key)
-    if duplicate is not None:
-        raise RepeatedKeyError(list(job.primary_key), job.source,
-                               f"key {duplicate[0]} appended {duplicate[1]} times")
+    if plan.filters_rows:
+        refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
+    else:
+        refuse_repeated_appended_keys(job, plan, _appended_rows(spark, job, appended))
 
 
 def _append_appended(
@@ -216,6 +222,8 @@ def _apply_stateless(
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:
         change_rows = feed.count()
+        if job.verify_primary_key and plan.filters_rows:
+            refuse_inserted_keys_held_twice(spark, job, plan, feed, info.epoch)
         net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
         keyed = mv_changes(spark, net, plan)
         maybe_crash(info.phase, "after_write")

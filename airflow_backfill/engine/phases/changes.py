@@ -44,7 +44,7 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
     then reads every change row (without them Spark keeps only each key's latest row in a
     map-side top-1 before its shuffle). A second row arriving for a key that was there
     before the range does not show in the feed: the MERGE refuses it (`__arrived` on a
-    key the MV holds).
+    key the MV holds), or `repeated_keys` when the query may have filtered the first row out.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F

@@ -60,6 +60,9 @@ class QueryPlan:
     the GROUP BY keys (aggregate), same order."""
     aggregate: AggregateQuery | None = None
     """The grouped aggregate's parts; set exactly when kind is 'aggregate'."""
+    filters_rows: bool = False
+    """The query has a WHERE: the MV lacks the upstream rows it drops, so the MV alone cannot
+    tell whether an upstream key is already held."""
 
 
 def referenced_columns(query: str) -> frozenset[str] | None:
@@ -88,7 +91,8 @@ def plan_query(query: str, primary_key: tuple[str, ...]) -> QueryPlan:
         return QueryPlan(query=query, kind=AGGREGATE, upstream_key=tuple(primary_key),
                          mv_key=aggregate.key_outputs, aggregate=aggregate)
     mv_key = _mv_key(select, primary_key)
-    return QueryPlan(query=query, kind=STATELESS, upstream_key=tuple(primary_key), mv_key=mv_key)
+    return QueryPlan(query=query, kind=STATELESS, upstream_key=tuple(primary_key), mv_key=mv_key,
+                     filters_rows=select.args.get("where") is not None)
 
 
 def _parse_single_select(query: str) -> exp.Select:
