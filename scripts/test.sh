@@ -10,6 +10,6 @@ ruff check airflow_backfill spark_jobs dags tests bench
 echo "== mypy (package)"
 mypy airflow_backfill spark_jobs
 echo "== pytest"
-# Two test processes (CI has two cores): each has its own Spark session and servers, and an
-# idle one takes over half the tests still queued for the other. TEST_WORKERS=0 runs in one.
-python -m pytest -q -ra --durations=25 -n "${TEST_WORKERS:-2}" --dist worksteal "$@"
+# Two test processes (CI has two cores), each with its own Spark session and servers, each
+# taking the next test when it finishes one (the longest first). TEST_WORKERS=0 runs in one.
+python -m pytest -q -ra --durations=25 -n "${TEST_WORKERS:-2}" "$@"

@@ -43,10 +43,15 @@ os.environ["SPARK_CONF_DIR"] = _test_spark_conf_dir()
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+LONGEST_MODULES = ("test_bench_smoke.py", "test_dag_run.py", "test_tpch_dag.py", "test_object_store_dag.py")
+"""Modules whose tests take minutes each (see the `--durations` report of scripts/test.sh)."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """End-to-end tests first: the suite runs on two processes that steal work from each
-    other (scripts/test.sh), and a minutes-long test started last would run alone."""
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    """The longest tests first, then the other end-to-end tests: the suite runs on two
+    processes that take the next test as they finish one (scripts/test.sh), and a
+    minutes-long test started last would run alone at the end."""
+    items.sort(key=lambda item: (item.path.name not in LONGEST_MODULES, item.get_closest_marker("e2e") is None))
 
 
 @pytest.fixture(scope="session")

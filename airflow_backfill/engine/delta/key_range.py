@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.delta.log import delta_table, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -76,13 +76,15 @@ def key_range(changes: DataFrame, column: str, present: str) -> KeyRange:
     return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]))
 
 
-def table_key_max(uri: str, column: str) -> Any:
-    """The largest non-NULL value of `column` in the table at `uri`, from its file statistics.
+def table_key_max(uri: str, column: str, version: int | None = None) -> Any:
+    """The largest non-NULL value of `column` in the table at `uri` (as of `version`, default
+    the latest), from its file statistics.
 
     Returns `EMPTY` for a table without rows, None when a file has no statistic for the
     column (an old file, a column beyond the statistics' columns): then nothing is known.
     """
-    actions = pa.table(load_table(uri).get_add_actions(flatten=True))
+    table = load_table(uri) if version is None else delta_table(uri, version)
+    actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return EMPTY
     names = set(actions.column_names)

@@ -39,6 +39,7 @@ from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_wat
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
 from airflow_backfill.engine.phases.repeated_keys import (
+    count_feed,
     refuse_inserted_keys_held_twice,
     refuse_keys_held_twice,
     refuse_repeated_appended_keys,
@@ -144,14 +145,19 @@ def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_v
 
 
 def _refuse_repeated_appended_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan,
-                                   appended: AppendedFiles) -> None:
+                                   appended: AppendedFiles, watermark: int) -> None:
     """Each upstream key the range appended must be held once (skipped under
-    `verify_primary_key: false`, when a repeated key would be appended twice). The added
-    rows alone tell when the query keeps every row; a query with a WHERE may have left an
-    earlier row of the key out of the MV, so the upstream is read over the added keys' range."""
+    `verify_primary_key: false`, when a repeated key would be appended twice).
+
+    The added rows alone tell when no earlier row can hold their keys: the query keeps
+    every upstream row (the keys lie above the MV's), or they lie above the upstream's
+    largest key at the watermark (file statistics). Otherwise a query with a WHERE may
+    have left an earlier row of the key out of the MV: the upstream is read over the
+    added keys' range.
+    """
     if not appended.paths or not job.verify_primary_key:
         return
-    if plan.filters_rows:
+    if plan.filters_rows and not all_above(appended.keys, table_key_max(job.source, appended.keys.column, watermark)):
         refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
     else:
         refuse_repeated_appended_keys(job, plan, _appended_rows(spark, job, appended))
@@ -212,7 +218,7 @@ def _apply_stateless(
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
     if appended is not None:
-        _refuse_repeated_appended_keys(spark, job, plan, appended)
+        _refuse_repeated_appended_keys(spark, job, plan, appended, watermark)
         if appended.end_version < info.epoch:
             log.info("%s: epochs %s..%s only appended; they are applied as a round of their own before "
                      "epochs %s..%s", info.phase, watermark + 1, appended.end_version, appended.end_version + 1,
@@ -221,9 +227,9 @@ def _apply_stateless(
         return (info.epoch, *_append_appended(spark, job, plan, appended, watermark, info))
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
     try:
-        change_rows = feed.count()
-        if job.verify_primary_key and plan.filters_rows:
-            refuse_inserted_keys_held_twice(spark, job, plan, feed, info.epoch)
+        change_rows, inserted = count_feed(feed, plan.upstream_key[0])
+        if job.verify_primary_key and plan.filters_rows and inserted.present_rows:
+            refuse_inserted_keys_held_twice(spark, job, plan, feed, inserted, info.epoch)
         net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
         keyed = mv_changes(spark, net, plan)
         maybe_crash(info.phase, "after_write")

@@ -7,7 +7,8 @@ feed's netting counts each key's rows, and the MERGE refuses a second row for a 
 MV holds. One case escapes them all: a query with a WHERE leaves some upstream rows out
 of the MV, and a second row arriving for such a key shows as a plain insert in the feed
 with no MV row to match. For those queries the upstream itself, as of the round's end,
-is asked about the keys the round inserted.
+is asked about the keys the round inserted, or appended below the upstream's largest
+earlier key (file statistics tell, without reading data).
 """
 
 from __future__ import annotations
@@ -38,27 +39,34 @@ def refuse_repeated_appended_keys(job: BackfillJob, plan: QueryPlan, appended_ro
         raise RepeatedKeyError(list(job.primary_key), job.source, f"key {duplicate[0]} appended {duplicate[1]} times")
 
 
-def refuse_inserted_keys_held_twice(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, feed: DataFrame, version: int,
-) -> None:
-    """No key the change `feed` inserted may be held twice by the upstream at `version`.
+def count_feed(feed: DataFrame, leading_key: str) -> tuple[int, KeyRange]:
+    """The change rows of `feed` and the range of the keys it inserted (`present_rows`
+    counts the inserts), in one job: the round counts its rows anyway."""
+    from pyspark.sql import functions as F
 
-    Only the inserts can add a second row for a key; a query without WHERE has every
-    upstream row in the MV, where the MERGE finds the first row, so this runs only for
-    queries that filter rows (one small job over the cached feed finds whether anything
-    was inserted, and the inserted keys' range).
+    inserted, key = F.col(CHANGE_TYPE) == "insert", F.col(quote(leading_key))
+    row = feed.agg(
+        F.count(F.lit(1)).alias("rows"), F.count(F.when(inserted, 1)).alias("inserts"),
+        F.min(F.when(inserted, key)).alias("low"), F.max(F.when(inserted, key)).alias("high"),
+        F.count(F.when(inserted & key.isNull(), 1)).alias("nulls"),
+    ).collect()[0]
+    return int(row["rows"]), KeyRange(leading_key, row["low"], row["high"], bool(row["nulls"]), int(row["inserts"]))
+
+
+def refuse_inserted_keys_held_twice(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, feed: DataFrame, inserted: KeyRange, version: int,
+) -> None:
+    """No key the change `feed` inserted (their range: `inserted`) may be held twice by the
+    upstream at `version`.
+
+    Only inserts can add a second row for a key. A query without WHERE has every upstream
+    row in the MV, where the MERGE finds the first row, so the caller runs this only for
+    queries that filter rows and feeds with inserts.
     """
     from pyspark.sql import functions as F
 
-    inserted = feed.filter(F.col(CHANGE_TYPE) == "insert").select(*(F.col(quote(c)) for c in plan.upstream_key))
-    leading = quote(plan.upstream_key[0])
-    bounds = inserted.agg(F.count(F.lit(1)).alias("rows"), F.min(leading).alias("low"),
-                          F.max(leading).alias("high"), F.count(F.when(F.col(leading).isNull(), 1)).alias("nulls"),
-                          ).collect()[0]
-    if not bounds["rows"]:
-        return
-    within = KeyRange(plan.upstream_key[0], bounds["low"], bounds["high"], bool(bounds["nulls"]), bounds["rows"])
-    refuse_keys_held_twice(spark, job, plan, version, within, inserted)
+    keys = feed.filter(F.col(CHANGE_TYPE) == "insert").select(*(F.col(quote(c)) for c in plan.upstream_key))
+    refuse_keys_held_twice(spark, job, plan, version, inserted, keys)
 
 
 def refuse_keys_held_twice(
@@ -82,4 +90,4 @@ def refuse_keys_held_twice(
         row, count = duplicate
         held = ", ".join(f"{column}={value}" for column, value in row.items())
         raise RepeatedKeyError(list(job.primary_key), job.source, f"{held} is held {count} times at epoch {version}")
-    log.info("upstream keys checked at epoch %s: the inserted keys are each held once", version)
+    log.info("upstream keys the round added checked at epoch %s: each is held once", version)
