@@ -11,5 +11,7 @@ echo "== mypy (package)"
 mypy airflow_backfill spark_jobs
 echo "== pytest"
 # Two test processes (CI has two cores), each with its own Spark session and servers, each
-# taking the next test when it finishes one (the longest first). TEST_WORKERS=0 runs in one.
-python -m pytest -q -ra --durations=25 -n "${TEST_WORKERS:-2}" "$@"
+# taking the next test in order when it finishes one (`--maxschedchunk 1`; by default a
+# process is handed a quarter of the tests up front, so one would get every long test).
+# The longest tests come first (tests/conftest.py). TEST_WORKERS=0 runs in one process.
+python -m pytest -q -ra --durations=25 -n "${TEST_WORKERS:-2}" --maxschedchunk 1 "$@"
