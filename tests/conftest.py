@@ -9,6 +9,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,11 +41,13 @@ def _test_spark_conf_dir() -> str:
 
 
 os.environ["SPARK_CONF_DIR"] = _test_spark_conf_dir()
-# Every JVM the tests start (the session's, spark-submit's, the cluster's, the S3 server's
-# and the broker's) lives seconds to minutes over small data: the optimising JIT compiler
-# and parallel GC threads would mostly compete with the other test process for the two
-# cores. The quick compiler alone and the serial GC take about 40 % less CPU.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# The JVMs tests start (spark-submit's, the cluster's, the S3 server's and the broker's)
+# live seconds to minutes over small data: the optimising JIT compiler and parallel GC
+# threads would mostly compete with the other test process for the two cores. The quick
+# compiler alone and the serial GC take about 40 % less CPU. The shared session keeps the
+# optimising compiler (`_full_jit`).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("JAVA_TOOL_OPTIONS", f"{QUICK_JIT} -XX:+UseSerialGC")
 # py4j logs at interpreter exit, after pytest closed the captured streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
@@ -59,11 +63,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: (item.path.name not in LONGEST_MODULES, item.get_closest_marker("e2e") is None))
 
 
+@contextmanager
+def _full_jit() -> Iterator[None]:
+    """JVMs started in the block get the optimising JIT compiler: the shared session runs
+    for the whole test session and most tests' Spark jobs, where it pays off."""
+    quick = os.environ.get("JAVA_TOOL_OPTIONS")
+    if quick is not None:
+        os.environ["JAVA_TOOL_OPTIONS"] = quick.replace(QUICK_JIT, "").strip()
+    try:
+        yield
+    finally:
+        if quick is not None:
+            os.environ["JAVA_TOOL_OPTIONS"] = quick
+
+
 @pytest.fixture(scope="session")
 def spark():
     from airflow_backfill.engine.spark_session import build_spark_session
 
-    session = build_spark_session("airflow_backfill-tests", parallelism=2)
+    with _full_jit():
+        session = build_spark_session("airflow_backfill-tests", parallelism=2)
     yield session
     session.stop()
 

@@ -139,7 +139,7 @@ def test_a_second_row_for_a_key_the_mv_holds_is_refused_before_anything_is_commi
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("path", ["feed", "append"])
+@pytest.mark.parametrize("path", ["feed", "append", "moved"])
 def test_a_second_row_for_a_key_the_query_filtered_out_is_refused_before_anything_is_committed(spark, tables, path):
     """The MV lacks the key's first row, so only the upstream can tell it is held twice."""
     source = tables["source"]
@@ -152,9 +152,32 @@ def test_a_second_row_for_a_key_the_query_filtered_out_is_refused_before_anythin
         upstream = DeltaTable(source).to_pyarrow_table(columns=["order_id", "status"]).to_pylist()
         hidden = min(row["order_id"] for row in upstream if row["status"] == "cancelled")
         assert hidden not in mv_rows(job.target).column("order_id").to_pylist()
-    version = append_order(source, hidden, "paid")
+    if path == "moved":  # an update moves a row of the MV onto the key: an update post-image, no insert
+        version = move_order(source, max(mv_rows(job.target).column("order_id").to_pylist()), hidden)
+    else:
+        version = append_order(source, hidden, "paid")
 
     assert_refused_without_a_commit(spark, job, rf"order_id={hidden} is held 2 times at epoch {version}")
+
+
+@pytest.mark.spark
+def test_an_update_that_moves_a_row_onto_a_new_key_is_applied(spark, tables):
+    source = tables["source"]
+    job, top = snapshotted_mv(spark, tables, rows=60, seed=10)
+    moved = max(mv_rows(job.target).column("order_id").to_pylist())
+    move_order(source, moved, top + 10)
+
+    run_catch_up(spark, job)
+
+    keys = mv_rows(job.target).column("order_id").to_pylist()
+    assert top + 10 in keys and moved not in keys
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+
+
+def move_order(source: str, order_id: int, new_order_id: int) -> int:
+    """Change the key of order `order_id` to `new_order_id` in one update; its version."""
+    DeltaTable(source).update(updates={"order_id": str(new_order_id)}, predicate=f"order_id = {order_id}")
+    return DeltaTable(source).version()
 
 
 def append_order(source: str, order_id: int, status: str) -> int:

@@ -39,9 +39,7 @@ from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_wat
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
 from airflow_backfill.engine.phases.repeated_keys import (
-    count_feed,
-    refuse_inserted_keys_held_twice,
-    refuse_keys_held_twice,
+    refuse_arrived_keys_held_twice,
     refuse_repeated_appended_keys,
 )
 from airflow_backfill.engine.planning.query import referenced_columns
@@ -144,28 +142,9 @@ def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_v
     return appended
 
 
-def _refuse_repeated_appended_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan,
-                                   appended: AppendedFiles, watermark: int) -> None:
-    """Each upstream key the range appended must be held once (skipped under
-    `verify_primary_key: false`, when a repeated key would be appended twice).
-
-    The added rows alone tell when no earlier row can hold their keys: the query keeps
-    every upstream row (the keys lie above the MV's), or they lie above the upstream's
-    largest key at the watermark (file statistics). Otherwise a query with a WHERE may
-    have left an earlier row of the key out of the MV: the upstream is read over the
-    added keys' range.
-    """
-    if not appended.paths or not job.verify_primary_key:
-        return
-    if plan.filters_rows and not all_above(appended.keys, table_key_max(job.source, appended.keys.column, watermark)):
-        refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
-    else:
-        refuse_repeated_appended_keys(job, plan, _appended_rows(spark, job, appended))
-
-
 def _append_appended(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, watermark: int,
-    info: CommitInfo,
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, appended_rows: DataFrame,
+    watermark: int, info: CommitInfo,
 ) -> tuple[int, int]:
     """Append the MV query over the added files: every key is new to the MV, so no row of
     the MV is read and nothing is netted. Returns (change rows, MV rows appended)."""
@@ -181,7 +160,7 @@ def _append_appended(
                               user_metadata=metadata)
         maybe_crash(info.phase, "after_commit")
         return 0, 0
-    rows = apply_query(spark, _appended_rows(spark, job, appended), plan.query)
+    rows = apply_query(spark, appended_rows, plan.query)
     maybe_crash(info.phase, "after_write")
     written = append_new(conform(rows, target), job.target, app_id=job.app_id, version=info.epoch,
                          user_metadata=metadata)
@@ -190,10 +169,14 @@ def _append_appended(
 
 
 def _appended_rows(spark: SparkSession, job: BackfillJob, appended: AppendedFiles) -> DataFrame:
-    """The rows of the added files, read with the upstream's Delta schema."""
+    """The rows of the added files (none when the range added no file, only moved the
+    watermark), read with the upstream's Delta schema. Nothing is read until a job asks."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return spark.read.schema(from_arrow_schema(arrow_schema(load_table(job.source)))).parquet(*appended.paths)
+    schema = from_arrow_schema(arrow_schema(load_table(job.source)))
+    if not appended.paths:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*appended.paths)
 
 
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:
@@ -213,38 +196,43 @@ def _apply_stateless(
     """Net the range's changes per upstream key, map them through the query, MERGE them by MV key.
 
     The change rows are cached and counted (the commit records them, the rate limit paces
-    by them); the MERGE then reads them from memory. Returns (the version committed as the
-    watermark, change rows read, MV rows the MERGE changed).
+    by them); the MERGE then reads them from memory. When the upstream is asked about the
+    keys that arrived (`refuse_arrived_keys_held_twice`), the netted changes are cached
+    too, so netting runs once. Returns (the version committed as the watermark, change
+    rows read, MV rows the MERGE changed).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
     if appended is not None:
-        _refuse_repeated_appended_keys(spark, job, plan, appended, watermark)
+        appended_rows = _appended_rows(spark, job, appended)
+        refuse_repeated_appended_keys(spark, job, plan, appended, watermark, appended_rows)
         if appended.end_version < info.epoch:
             log.info("%s: epochs %s..%s only appended; they are applied as a round of their own before "
                      "epochs %s..%s", info.phase, watermark + 1, appended.end_version, appended.end_version + 1,
                      info.epoch)
         info = replace(info, epoch=appended.end_version)
-        return (info.epoch, *_append_appended(spark, job, plan, appended, watermark, info))
+        return (info.epoch, *_append_appended(spark, job, plan, appended, appended_rows, watermark, info))
     feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
+    net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
+    ask_upstream = job.verify_primary_key and plan.filters_rows
+    if ask_upstream:
+        net = net.cache()
     try:
-        change_rows, inserted = count_feed(feed, plan.upstream_key[0])
-        if job.verify_primary_key and plan.filters_rows and inserted.present_rows:
-            refuse_inserted_keys_held_twice(spark, job, plan, feed, inserted, info.epoch)
-        net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
+        change_rows = feed.count()
+        if ask_upstream:
+            refuse_arrived_keys_held_twice(spark, job, plan, net, info.epoch)
         keyed = mv_changes(spark, net, plan)
         maybe_crash(info.phase, "after_write")
         null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
-        try:
-            changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                                  user_metadata=replace(info, rows=change_rows).user_metadata(job),
-                                  null_safe=null_safe)
-        except Exception as error:
-            repeated = repeated_key_named(error)
-            if repeated is None:
-                raise
-            raise RepeatedKeyError(list(job.primary_key), job.source,
-                                   f"{repeated} is held twice between epochs {watermark + 1} and {info.epoch}") from None
+        changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                              user_metadata=replace(info, rows=change_rows).user_metadata(job), null_safe=null_safe)
         maybe_crash(info.phase, "after_commit")
         return info.epoch, change_rows, changed
+    except Exception as error:
+        repeated = repeated_key_named(error)
+        if repeated is None:
+            raise
+        raise RepeatedKeyError(list(job.primary_key), job.source,
+                               f"{repeated} is held twice between epochs {watermark + 1} and {info.epoch}") from None
     finally:
+        net.unpersist()
         feed.unpersist()

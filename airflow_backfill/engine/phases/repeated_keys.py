@@ -5,10 +5,10 @@ would leave the MV wrong without a word. Each path of a round has a check that c
 what the round already reads: appended files are checked on their own, the change
 feed's netting counts each key's rows, and the MERGE refuses a second row for a key the
 MV holds. One case escapes them all: a query with a WHERE leaves some upstream rows out
-of the MV, and a second row arriving for such a key shows as a plain insert in the feed
-with no MV row to match. For those queries the upstream itself, as of the round's end,
-is asked about the keys the round inserted, or appended below the upstream's largest
-earlier key (file statistics tell, without reading data).
+of the MV, and a second row arriving for such a key (an insert, or an update moving a
+row onto the key) has no MV row to match. For those queries the upstream itself, as of
+the round's end, is asked about the keys whose rows the round grew, or that it appended
+below the upstream's largest earlier key (file statistics tell, without reading data).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE
-from airflow_backfill.engine.delta.key_range import KeyRange, boundable
+from airflow_backfill.engine.delta.commits import ARRIVED
+from airflow_backfill.engine.delta.key_range import KeyRange, all_above, boundable, key_range, table_key_max
 from airflow_backfill.engine.phases.changes import duplicate_key
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.exceptions import RepeatedKeyError
@@ -25,48 +25,57 @@ from airflow_backfill.exceptions import RepeatedKeyError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_backfill.engine.delta.appends import AppendedFiles
     from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
 
 
-def refuse_repeated_appended_keys(job: BackfillJob, plan: QueryPlan, appended_rows: DataFrame) -> None:
-    """The rows a range appended must hold each upstream key once (one small Spark job over
-    their key columns), as the snapshot proves for its rows."""
+def refuse_repeated_appended_keys(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, watermark: int,
+    appended_rows: DataFrame,
+) -> None:
+    """Each upstream key the range appended (`appended_rows`, read from `appended`'s files)
+    must be held once; skipped under `verify_primary_key: false`.
+
+    The added rows alone tell when no earlier row can hold their keys: the query keeps
+    every upstream row (the keys lie above the MV's), or they lie above the upstream's
+    largest key at the watermark (file statistics). One small Spark job over their key
+    columns then proves them, as the snapshot proves its rows. Otherwise a query with a
+    WHERE may have left an earlier row of the key out of the MV: the upstream is read
+    over the added keys' range.
+    """
+    if not appended.paths or not job.verify_primary_key:
+        return
+    if plan.filters_rows and not all_above(appended.keys, table_key_max(job.source, appended.keys.column, watermark)):
+        refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
+        return
     duplicate = duplicate_key(appended_rows, plan.upstream_key)
     if duplicate is not None:
         raise RepeatedKeyError(list(job.primary_key), job.source, f"key {duplicate[0]} appended {duplicate[1]} times")
 
 
-def count_feed(feed: DataFrame, leading_key: str) -> tuple[int, KeyRange]:
-    """The change rows of `feed` and the range of the keys it inserted (`present_rows`
-    counts the inserts), in one job: the round counts its rows anyway."""
-    from pyspark.sql import functions as F
-
-    inserted, key = F.col(CHANGE_TYPE) == "insert", F.col(quote(leading_key))
-    row = feed.agg(
-        F.count(F.lit(1)).alias("rows"), F.count(F.when(inserted, 1)).alias("inserts"),
-        F.min(F.when(inserted, key)).alias("low"), F.max(F.when(inserted, key)).alias("high"),
-        F.count(F.when(inserted & key.isNull(), 1)).alias("nulls"),
-    ).collect()[0]
-    return int(row["rows"]), KeyRange(leading_key, row["low"], row["high"], bool(row["nulls"]), int(row["inserts"]))
-
-
-def refuse_inserted_keys_held_twice(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, feed: DataFrame, inserted: KeyRange, version: int,
+def refuse_arrived_keys_held_twice(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, net: DataFrame, version: int,
 ) -> None:
-    """No key the change `feed` inserted (their range: `inserted`) may be held twice by the
-    upstream at `version`.
+    """No key whose rows grew over the range may be held twice by the upstream at `version`.
 
-    Only inserts can add a second row for a key. A query without WHERE has every upstream
-    row in the MV, where the MERGE finds the first row, so the caller runs this only for
-    queries that filter rows and feeds with inserts.
+    `net` is the round's netted changes with `__arrived` (`net_changes` under the key
+    check): an insert, or an update that moved a row onto another key, grows that key's
+    rows; only such keys can be held twice at the end of a range that starts with each
+    key held once. A query without WHERE has every upstream row in the MV, where the
+    MERGE finds the first row, so the caller runs this only for queries that filter rows.
+    One job over `net` (cache it: the MERGE reads it next) finds the keys' range; the
+    upstream is read only when some key arrived.
     """
     from pyspark.sql import functions as F
 
-    keys = feed.filter(F.col(CHANGE_TYPE) == "insert").select(*(F.col(quote(c)) for c in plan.upstream_key))
-    refuse_keys_held_twice(spark, job, plan, version, inserted, keys)
+    arrived = net.filter(F.col(ARRIVED))
+    within = key_range(arrived, plan.upstream_key[0], ARRIVED)
+    if within.present_rows:
+        keys = arrived.select(*(F.col(quote(c)) for c in plan.upstream_key))
+        refuse_keys_held_twice(spark, job, plan, version, within, keys)
 
 
 def refuse_keys_held_twice(
