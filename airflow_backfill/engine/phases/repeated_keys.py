@@ -96,7 +96,12 @@ def refuse_keys_held_twice(
         upstream = upstream.join(keys.distinct(), on=list(plan.upstream_key), how="left_semi")
     duplicate = duplicate_key(upstream, plan.upstream_key)
     if duplicate is not None:
-        row, count = duplicate
-        held = ", ".join(f"{column}={value}" for column, value in row.items())
-        raise RepeatedKeyError(list(job.primary_key), job.source, f"{held} is held {count} times at epoch {version}")
+        raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, version))
     log.info("upstream keys the round added checked at epoch %s: each is held once", version)
+
+
+def held_times(key: dict, count: int, version: int) -> str:
+    """How a refusal names a key the upstream holds more than once: `order_id=7 is held 2
+    times at epoch 12`."""
+    held = ", ".join(f"{column}={value}" for column, value in key.items())
+    return f"{held} is held {count} times at epoch {version}"

@@ -46,6 +46,7 @@ from airflow_backfill.engine.delta.log import (
 )
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
+from airflow_backfill.engine.phases.repeated_keys import held_times
 from airflow_backfill.engine.phases.snapshot_chunks import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
@@ -59,6 +60,7 @@ from airflow_backfill.engine.phases.snapshot_progress import (
     load_progress,
     save_progress,
 )
+from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
@@ -294,7 +296,7 @@ def _commit_snapshot(
         maybe_crash(PHASE, "after_commit")
         return rows
     if job.verify_primary_key:
-        _refuse_duplicate_keys(spark, job, plan, schema)
+        _refuse_duplicate_keys(spark, job, plan, schema, upstream)
     else:
         log.info("primary-key uniqueness not verified (verify_primary_key: false)")
     rows = sum(chunk.rows_out for chunk in done)
@@ -311,19 +313,42 @@ def _commit_snapshot(
     return rows
 
 
-def _refuse_duplicate_keys(spark: SparkSession, job: BackfillJob, plan: QueryPlan, schema: StructType) -> None:
-    """The MV key must be unique; a duplicate means the upstream's key is not a key.
+def _refuse_duplicate_keys(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, schema: StructType, upstream: UpstreamInfo,
+) -> None:
+    """The key must be unique; a duplicate means the upstream's key is not a key.
+
+    A query with a WHERE leaves rows out of the MV, and a key's second row may be among
+    them, so the upstream's own keys at the pinned epoch are read. Otherwise the MV's rows
+    are the upstream's, mapped one to one, and the MV's are read.
+    """
+    if plan.filters_rows:
+        repeated = _upstream_key_repeated(spark, plan, upstream)
+    else:
+        repeated = _mv_key_repeated(spark, job, plan, schema) if table_exists(job.target) else None
+    if repeated is not None:
+        discard_uncreated_mv(job.target)
+        discard_progress(job.target)
+        raise RepeatedKeyError(list(job.primary_key), job.source, repeated)
+
+
+def _upstream_key_repeated(spark: SparkSession, plan: QueryPlan, upstream: UpstreamInfo) -> str | None:
+    """Which upstream key the pinned epoch holds twice (key columns of every file), if any."""
+    from pyspark.sql import functions as F
+
+    every_file = Chunk(0, tuple(list_data_files(upstream.uri, upstream.version)))
+    keys = read_files(spark, upstream, every_file).select(*(F.col(quote(column)) for column in plan.upstream_key))
+    duplicate = duplicate_key(keys, plan.upstream_key)
+    return None if duplicate is None else held_times(*duplicate, upstream.version)
+
+
+def _mv_key_repeated(spark: SparkSession, job: BackfillJob, plan: QueryPlan, schema: StructType) -> str | None:
+    """Which MV key the chunks wrote twice, if any.
 
     Until the watermark commit the MV holds only the chunks' appends (no deletion vector,
     no removed file), so its rows are exactly its data files: they are read as Parquet,
     key columns only, which spares a Delta state rebuild of the fresh table.
     """
-    if not table_exists(job.target):
-        return
     data_files = [f.path for f in list_data_files(job.target, load_table(job.target).version())]
     duplicate = duplicate_key(spark.read.schema(schema).parquet(*data_files), plan.mv_key) if data_files else None
-    if duplicate is not None:
-        row, count = duplicate
-        discard_uncreated_mv(job.target)
-        discard_progress(job.target)
-        raise RepeatedKeyError(list(job.primary_key), job.source, f"MV key {row} appears {count} times")
+    return None if duplicate is None else f"MV key {duplicate[0]} appears {duplicate[1]} times"
