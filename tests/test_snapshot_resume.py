@@ -125,3 +125,12 @@ def test_an_unverified_primary_key_is_taken_as_declared(spark, tables, caplog):
         result = run_snapshot(spark, job, chunk_bytes=1)
     assert result.skipped is False and "not verified (verify_primary_key: false)" in caplog.text
     assert table_rows(tables["target"]).column("order_id").to_pylist().count(17) == 2
+
+
+def test_an_empty_upstream_gives_an_empty_mv_with_its_watermark(spark, tables):
+    empty = pa.table({"order_id": pa.array([], pa.int64()), "amount": pa.array([], pa.float64())})
+    write_deltalake(tables["source"], empty, configuration={"delta.enableChangeDataFeed": "true"})
+    job = job_for(tables)
+    result = run_snapshot(spark, job)
+    assert (result.epoch, result.rows) == (0, 0)
+    assert read_watermark(tables["target"], job.app_id) == 0 and table_rows(tables["target"]).num_rows == 0

@@ -337,6 +337,8 @@ def _upstream_key_repeated(spark: SparkSession, plan: QueryPlan, upstream: Upstr
     from pyspark.sql import functions as F
 
     every_file = Chunk(0, tuple(list_data_files(upstream.uri, upstream.version)))
+    if not every_file.files:
+        return None  # an empty upstream
     keys = read_files(spark, upstream, every_file).select(*(F.col(quote(column)) for column in plan.upstream_key))
     duplicate = duplicate_key(keys, plan.upstream_key)
     return None if duplicate is None else held_times(*duplicate, upstream.version)
