@@ -143,8 +143,8 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
     assert len(stateless["engine_s"]) == len(stateless["plain_s"]) == 1
     assert _numbers(stateless["ratio"], stateless["engine_median_s"], stateless["plain_median_s"])
     unverified = overhead["stateless_unverified_key"]
-    assert unverified["engine_steps_median_s"]["_refuse_duplicate_keys"] == 0.0
-    assert stateless["engine_steps_median_s"]["_refuse_duplicate_keys"] > 0.0
+    assert unverified["engine_steps_median_s"]["_prove_key"] == 0.0
+    assert stateless["engine_steps_median_s"]["_prove_key"] > 0.0
     aggregate = overhead["aggregate"]
     assert aggregate["status"] == "measured" and _numbers(aggregate["ratio"], aggregate["engine_median_s"])
 

@@ -115,6 +115,7 @@ def _snapshot(
         return SnapshotResult(existing, 0, True, time.monotonic() - started)
     upstream, progress = _pin_epoch(job, epoch)
     output_schema = mv_schema(spark, upstream, plan)
+    _prove_key(spark, job, plan, upstream)
     chunks = plan_chunks(list_data_files(job.source, upstream.version), chunk_bytes)
     if upstream.deletion_vectors and len(chunks) > 1:
         chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
@@ -295,10 +296,6 @@ def _commit_snapshot(
         rows = commit_aggregate_snapshot(spark, job, plan, upstream, schema, info)
         maybe_crash(PHASE, "after_commit")
         return rows
-    if job.verify_primary_key:
-        _refuse_duplicate_keys(spark, job, plan, schema, upstream)
-    else:
-        log.info("primary-key uniqueness not verified (verify_primary_key: false)")
     rows = sum(chunk.rows_out for chunk in done)
     maybe_crash(PHASE, "after_write")
     info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=rows, extra=extra)
@@ -313,21 +310,25 @@ def _commit_snapshot(
     return rows
 
 
-def _refuse_duplicate_keys(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, schema: StructType, upstream: UpstreamInfo,
-) -> None:
-    """The key must be unique; a duplicate means the upstream's key is not a key.
+def _prove_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: UpstreamInfo) -> None:
+    """Refuse an upstream whose key is not unique at the pinned epoch, before any chunk is
+    written. A stateless MV's key is the upstream's: a repeated key would become two MV
+    rows, or, when the WHERE leaves one of them out, make later rounds net two upstream
+    rows as one.
 
-    A query with a WHERE leaves rows out of the MV, and a key's second row may be among
-    them, so the upstream's own keys at the pinned epoch are read. Otherwise the MV's rows
-    are the upstream's, mapped one to one, and the MV's are read.
+    The upstream's key columns are proved rather than the MV's, so that a second row which
+    the query's WHERE leaves out is seen too. An aggregate's key is its groups: nothing to
+    prove.
     """
-    if plan.filters_rows:
-        repeated = _upstream_key_repeated(spark, plan, upstream)
-    else:
-        repeated = _mv_key_repeated(spark, job, plan, schema) if table_exists(job.target) else None
+    if plan.aggregate is not None:
+        return
+    if not job.verify_primary_key:
+        log.info("primary-key uniqueness not verified (verify_primary_key: false)")
+        return
+    repeated = _upstream_key_repeated(spark, plan, upstream)
     if repeated is not None:
-        discard_uncreated_mv(job.target)
+        if table_exists(job.target):
+            discard_uncreated_mv(job.target)  # the chunks of an earlier, unproved attempt
         discard_progress(job.target)
         raise RepeatedKeyError(list(job.primary_key), job.source, repeated)
 
@@ -342,15 +343,3 @@ def _upstream_key_repeated(spark: SparkSession, plan: QueryPlan, upstream: Upstr
     keys = read_files(spark, upstream, every_file).select(*(F.col(quote(column)) for column in plan.upstream_key))
     duplicate = duplicate_key(keys, plan.upstream_key)
     return None if duplicate is None else held_times(*duplicate, upstream.version)
-
-
-def _mv_key_repeated(spark: SparkSession, job: BackfillJob, plan: QueryPlan, schema: StructType) -> str | None:
-    """Which MV key the chunks wrote twice, if any.
-
-    Until the watermark commit the MV holds only the chunks' appends (no deletion vector,
-    no removed file), so its rows are exactly its data files: they are read as Parquet,
-    key columns only, which spares a Delta state rebuild of the fresh table.
-    """
-    data_files = [f.path for f in list_data_files(job.target, load_table(job.target).version())]
-    duplicate = duplicate_key(spark.read.schema(schema).parquet(*data_files), plan.mv_key) if data_files else None
-    return None if duplicate is None else f"MV key {duplicate[0]} appears {duplicate[1]} times"
