@@ -12,7 +12,9 @@ Refreshes then make the tables live, in the spirit of the TPC-H refresh function
 - RF2 (`delete_old_orders`) deletes orders of the initial load with their line items;
   one commit to `lineitem`, then one to `orders` (children first, as in the spec).
 - `update_lineitems` changes the discount of a share of the line items in one MERGE,
-  which is what the benchmark's catch-up measurements replay.
+  which is what the benchmark's catch-up measurements replay: scattered at random, or
+  the newest orders' line items (`newest`), changes clustered by key like late updates
+  to recent records.
 
 A refresh touches about 0.1% of the orders by default (`REFRESH_SHARE`), as TPC-H does.
 Everything is deterministic given a seed and the tables' history: each refresh seeds its
@@ -280,8 +282,9 @@ def delete_old_orders(tables: TpchTables, seed: int, count: int | None = None) -
     )
 
 
-def update_lineitems(tables: TpchTables, seed: int, share: float) -> tuple[int, int]:
-    """Give `share` of the line items (at random) a new discount in one MERGE on the key.
+def update_lineitems(tables: TpchTables, seed: int, share: float, *, newest: bool = False) -> tuple[int, int]:
+    """Give `share` of the line items a new discount in one MERGE on the key: rows chosen
+    at random, or with `newest` the rows of the largest order keys.
 
     Returns (rows updated, the lineitem version committed). Every updated row shows up in
     the change feed as an update pre-image and post-image.
@@ -291,8 +294,11 @@ def update_lineitems(tables: TpchTables, seed: int, share: float) -> tuple[int, 
     table = DeltaTable(tables.lineitem)
     rng = random.Random(f"{seed}/update/{table.version()}")
     keys = table.to_pyarrow_table(columns=list(PRIMARY_KEYS[LINEITEM]))
-    count = max(1, round(keys.num_rows * share))
-    chosen = keys.take(sorted(rng.sample(range(keys.num_rows), min(count, keys.num_rows))))
+    count = min(max(1, round(keys.num_rows * share)), keys.num_rows)
+    if newest:
+        chosen = keys.take(pc.sort_indices(keys, sort_keys=[("l_orderkey", "descending")])[:count])
+    else:
+        chosen = keys.take(sorted(rng.sample(range(keys.num_rows), count)))
     discounts = pa.array([Decimal(rng.randint(0, 10)).scaleb(-2) for _ in range(chosen.num_rows)],
                          pa.decimal128(15, 2))
     source = chosen.append_column("l_discount", discounts)
@@ -424,6 +430,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     update.add_argument("--root", required=True)
     update.add_argument("--seed", type=int, default=1)
     update.add_argument("--share", type=float, default=0.01)
+    update.add_argument("--newest", action="store_true", help="the newest orders' line items instead of random ones")
     return parser.parse_args(argv)
 
 
@@ -440,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for _ in range(args.repeat):
                 print(json.dumps(asdict(refresh(tables, args.seed, args.count))))
         else:
-            rows, version = update_lineitems(open_tpch(args.root), args.seed, args.share)
+            rows, version = update_lineitems(open_tpch(args.root), args.seed, args.share, newest=args.newest)
             print(json.dumps({"updated": rows, "lineitem_version": version}))
     except (BackfillConfigError, UpstreamError) as error:
         print(f"error: {error}", file=sys.stderr)

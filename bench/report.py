@@ -65,6 +65,13 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             f"{_fmt(speedup)}x faster ({_fmt(case['catch_up_s'], ' s')} vs {_fmt(case['recompute_s'], ' s')})",
             f">= {target}x" if target else "", _verdict(speedup >= target) if target and speedup else "",
         ))
+    newest = catch_up.get("newest", {})
+    if newest.get("catch_up_s"):
+        table.append((
+            f"3. catch-up of {float(newest['share']):.1%} updated rows of the newest orders vs recompute",
+            f"{_fmt(newest['recompute_s'] / newest['catch_up_s'])}x faster ({_fmt(newest['catch_up_s'], ' s')} vs "
+            f"{_fmt(newest['recompute_s'], ' s')}; MV of {catch_up.get('mv_files')} files)", "", "",
+        ))
     ten, one = shares.get("0.1", {}), shares.get("0.01", {})
     if ten.get("driver_python_peak_mib") and one.get("driver_python_peak_mib"):
         growth = ten["driver_python_peak_mib"] / one["driver_python_peak_mib"]

@@ -154,6 +154,9 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
         case = result["catch_up"]["shares"][share]
         assert case["updated_rows"] >= 1 and _numbers(case["ratio"], case["catch_up_s"], case["recompute_s"])
         assert _numbers(case["driver_python_peak_mib"]) and case["driver_python_peak_mib"] > 0
+    newest = result["catch_up"]["newest"]
+    assert newest["updated_rows"] >= 1 and _numbers(newest["ratio"], newest["catch_up_s"], newest["recompute_s"])
+    assert result["catch_up"]["mv_files"] >= 1
     for kind in ("aggregate", "stateless"):
         refresh = result["refresh"][kind]
         assert len(refresh["refresh_pairs"]) == 1

@@ -131,6 +131,16 @@ def test_update_lineitems_changes_a_share_in_one_merge(tables: tpch.TpchTables) 
     assert _assert_consistent(tables)[1] == lines
 
 
+def test_update_of_the_newest_line_items_takes_the_largest_order_keys(tables: tpch.TpchTables) -> None:
+    _, lines = _assert_consistent(tables)
+    keys = _rows(tables.lineitem).column("l_orderkey").to_pylist()
+    updated, version = tpch.update_lineitems(tables, seed=2, share=0.05, newest=True)
+    changed = DeltaTable(tables.lineitem).load_cdf(starting_version=version, ending_version=version).read_all()
+    changed_keys = changed.column("l_orderkey").to_pylist()
+    assert updated == round(lines * 0.05) == len(changed_keys) // 2
+    assert min(changed_keys) >= sorted(keys)[-updated]
+
+
 def test_bad_arguments_are_refused(tmp_path: Path, tables: tpch.TpchTables) -> None:
     with pytest.raises(BackfillConfigError, match="scale factor"):
         tpch.load_tpch(str(tmp_path / "x"), 0)

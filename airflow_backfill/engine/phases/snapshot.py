@@ -12,6 +12,10 @@ per-group state of its files, appended to a staging table and combined at commit
 (`aggregate_snapshot`). The upstream is only read, so it keeps committing meanwhile. An
 upstream with deletion vectors (for example another job's MV) is read through Delta as
 one chunk, since its files alone are not its rows.
+
+Files are planned in the order of their smallest key (`snapshot_chunks`), so the chunks
+of an upstream written in key order cover disjoint key ranges, and so do the MV files
+each chunk writes: a round whose changes fall in a key range reads only those files.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from airflow_backfill.engine.phases.repeated_keys import held_times
 from airflow_backfill.engine.phases.snapshot_chunks import (
     DEFAULT_CHUNK_BYTES,
     Chunk,
+    file_order,
     list_data_files,
     plan_chunks,
 )
@@ -116,15 +121,17 @@ def _snapshot(
     upstream, progress = _pin_epoch(job, epoch)
     output_schema = mv_schema(spark, upstream, plan)
     _prove_key(spark, job, plan, upstream)
-    chunks = plan_chunks(list_data_files(job.source, upstream.version), chunk_bytes)
+    upstream_files = list_data_files(job.source, upstream.version, plan.upstream_key[0])
+    chunks = plan_chunks(upstream_files, chunk_bytes)
     if upstream.deletion_vectors and len(chunks) > 1:
         chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
-    if progress is None or progress.chunks_total != len(chunks):
+    order = file_order(upstream_files)
+    if progress is None or progress.chunks_total != len(chunks) or progress.file_order != order:
         _discard_chunks(job, plan)
         progress = SnapshotProgress(
             epoch=upstream.version, chunks_total=len(chunks),
             rows_total=sum(c.rows for c in chunks), files_total=sum(len(c.files) for c in chunks),
-            bytes_total=sum(c.size for c in chunks),
+            bytes_total=sum(c.size for c in chunks), file_order=order,
         )
         save_progress(job.target, progress)
     _reconcile_with_log(job, plan, progress, chunks)

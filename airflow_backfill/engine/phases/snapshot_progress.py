@@ -46,6 +46,10 @@ class SnapshotProgress:
     done: dict[int, DoneChunk] = field(default_factory=dict)
     bytes_total: int | None = None
     """Input bytes of all chunks (None in records written before it was kept)."""
+    file_order: str = "path"
+    """How the plan ordered the upstream's files (`snapshot_chunks.file_order`); records
+    older than this field were planned in path order. A plan in another order has other
+    chunks, so it is never resumed."""
 
     @property
     def rows_done(self) -> int:
