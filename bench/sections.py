@@ -197,8 +197,8 @@ def warm_up_apply(spark: SparkSession, settings: SectionSettings, job: Any, *, i
 def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
     """Catch-up of 10%, 1% and 0.1% updated rows against recomputing the MV from scratch;
     the driver's Python memory of each catch-up too (it must not grow with the change).
-    Then 1% of the rows again, those of the newest orders: changes clustered by key, which
-    the MV's key-ordered files let a round's key bounds confine to a few files."""
+    Then 1% of the rows again, those of the newest orders: changes clustered by key, whose
+    key range bounds the round's MERGE."""
     from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     job = _long_lived_job(settings)

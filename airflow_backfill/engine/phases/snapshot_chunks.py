@@ -99,4 +99,3 @@ def plan_chunks(files: list[DataFile], chunk_bytes: int = DEFAULT_CHUNK_BYTES) -
     if current:
         chunks.append(Chunk(len(chunks), tuple(current)))
     return chunks
-

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from airflow_backfill.engine.job_state import state_dir
+from airflow_backfill.engine.phases.snapshot_chunks import PATH_ORDER
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -46,7 +47,7 @@ class SnapshotProgress:
     done: dict[int, DoneChunk] = field(default_factory=dict)
     bytes_total: int | None = None
     """Input bytes of all chunks (None in records written before it was kept)."""
-    file_order: str = "path"
+    file_order: str = PATH_ORDER
     """How the plan ordered the upstream's files (`snapshot_chunks.file_order`); records
     older than this field were planned in path order. A plan in another order has other
     chunks, so it is never resumed."""
