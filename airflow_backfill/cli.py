@@ -3,7 +3,8 @@
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
     airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none] [--reset]
-    airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--parallelism N]
+    airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--max-file-size BYTES]
+                           [--parallelism N]
     airflow-backfill verify --job FILE [--parallelism N] [--key-ranges N] [--show N]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
@@ -349,6 +350,9 @@ def _add_maintain(subparsers: Any) -> None:
     parser.add_argument("--no-cluster", dest="cluster", action="store_false", help="compact without ZORDER BY")
     parser.add_argument("--no-purge", dest="purge", action="store_false", help="keep deletion vectors")
     parser.add_argument("--vacuum", action="store_true", help="delete unreferenced files past the retention")
+    parser.add_argument("--max-file-size", type=_positive_int, default=None, metavar="BYTES",
+                        help="largest file OPTIMIZE writes (default: Delta's 1 GiB); smaller keeps a small MV "
+                        "in several key ranges that rounds can skip")
     parser.add_argument("--parallelism", type=_backfill_parallelism, default=None, metavar="N",
                         help="Spark parallelism (default: the job's backfill_parallelism)")
     parser.set_defaults(run=_run_maintain)
@@ -362,7 +366,8 @@ def _run_maintain(args: argparse.Namespace) -> int:
     spark = build_spark_session(f"airflow_backfill-{job.name}-maintain", args.parallelism or job.backfill_parallelism)
     _configure_spark_storage(spark, job)
     try:
-        result = maintain_mv(spark, job, cluster=args.cluster, purge=args.purge, vacuum=args.vacuum)
+        result = maintain_mv(spark, job, cluster=args.cluster, purge=args.purge, vacuum=args.vacuum,
+                             max_file_size=args.max_file_size)
     finally:
         spark.stop()
     print(f"job {job.name}: maintained {', '.join(result.tables)}: {result.files_before} files -> "

@@ -1,6 +1,6 @@
 """spark-submit entry point of MV maintenance (compaction, key clustering, deletion-vector purge).
 
-    spark-submit spark_jobs/maintain.py --job JOB.yaml [--parallelism N] [--vacuum]
+    spark-submit spark_jobs/maintain.py --job JOB.yaml [--parallelism N] [--vacuum] [--max-file-size BYTES]
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="maintain", description=__doc__)
     job_arguments(parser)
     parser.add_argument("--vacuum", action="store_true", help="also VACUUM at the table's own retention")
-    return parser.parse_args(argv)
+    parser.add_argument("--max-file-size", type=int, default=None, metavar="BYTES",
+                        help="largest file OPTIMIZE writes (default: Delta's 1 GiB)")
+    args = parser.parse_args(argv)
+    if args.max_file_size is not None and args.max_file_size < 1:
+        parser.error("--max-file-size must be a positive number of bytes")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         parallelism = resolve_parallelism(args, job.backfill_parallelism)
         spark = build_spark_session(f"airflow_backfill:{job.name}:maintain", parallelism)
         try:
-            maintain_mv(spark, job, vacuum=args.vacuum)
+            maintain_mv(spark, job, vacuum=args.vacuum, max_file_size=args.max_file_size)
         finally:
             spark.stop()
         return 0

@@ -108,7 +108,7 @@ def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(sp
     append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
 
     # Above the upstream's largest key: no earlier row can hold them, the added rows tell.
-    assert_refused_without_a_commit(spark, job, r"not unique in the upstream.*appended 2 times")
+    assert_refused_without_a_commit(spark, job, rf"not unique in the upstream.*order_id={top + 1} is held 2 times at epoch")
 
 
 @pytest.mark.spark

@@ -50,6 +50,25 @@ def test_maintenance_compacts_and_purges_without_changing_the_mv(spark, tables):
     assert_every_commit_matches(job.source, job.target, QUERY, job.app_id, key=["order_id"])
 
 
+def test_a_smaller_file_size_keeps_the_mv_in_files_of_separate_key_ranges(spark, tables):
+    create_orders_table(tables["source"], rows=3000, seed=24)
+    job = BackfillJob(name="sized", query=QUERY, primary_key=["order_id"], **tables)
+    run_snapshot(spark, job, chunk_bytes=1)
+    size = sum(pa.table(DeltaTable(job.target).get_add_actions(flatten=True)).column("size_bytes").to_pylist())
+
+    result = maintain_mv(spark, job, max_file_size=size // 4)
+
+    files = pa.table(DeltaTable(job.target).get_add_actions(flatten=True))
+    lows, highs = files.column("min.order_id").to_pylist(), files.column("max.order_id").to_pylist()
+    ranges = sorted(zip(lows, highs, strict=True))
+    assert result.files_after == len(ranges) >= 3
+    # ZORDER BY one column range-partitions on sampled bounds: neighbours may share a few keys
+    overlap = sum(max(0, high - low + 1) for (_, high), (low, _) in zip(ranges, ranges[1:], strict=False))
+    assert overlap <= 0.02 * (ranges[-1][1] - ranges[0][0]), f"files overlap in key ranges: {ranges}"
+    assert spark.conf.get("spark.databricks.delta.optimize.maxFileSize", None) is None, "the size leaked"
+    assert_every_commit_matches(job.source, job.target, QUERY, job.app_id, key=["order_id"])
+
+
 def test_maintenance_waits_for_no_writer(spark, tables):
     create_orders_table(tables["source"], rows=50, seed=23)
     job = BackfillJob(name="busy", query=QUERY, primary_key=["order_id"], **tables)

@@ -4,6 +4,7 @@ and nothing of a failed attempt is ever referenced."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow as pa
@@ -69,6 +70,31 @@ def test_rerun_after_a_crash_redoes_only_the_chunks_in_flight(spark, tables, mon
     assert {progress.done[i].run_id for i in (0, 1)} == {first.done[0].run_id}
     assert len({progress.done[i].run_id for i in (2, 3, 4)}) == 1
     assert progress.done[2].run_id != first.done[0].run_id
+    assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
+
+
+@pytest.mark.parametrize("record", ["this_version", "older_record"])
+def test_a_resumed_snapshot_proves_the_key_only_when_its_record_lacks_the_proof(spark, tables, monkeypatch, record):
+    upstream_with_files(tables["source"], files=4)
+    job = job_for(tables)
+    crash_at(monkeypatch, "after_chunks=2")
+    with pytest.raises(Killed):
+        run_snapshot(spark, job, chunk_bytes=1)
+    monkeypatch.undo()
+    first = load_progress(tables["target"])
+    assert first is not None and first.key_proved
+    if record == "older_record":  # written before the field was kept: chunks may precede a proof
+        path = os.path.join(tables["target"], "_airflow_backfill", "snapshot.json")
+        data = json.loads(open(path).read())
+        del data["key_proved"]
+        open(path, "w").write(json.dumps(data))
+
+    proofs = []
+    real_proof = snapshot_module._upstream_key_repeated
+    monkeypatch.setattr(snapshot_module, "_upstream_key_repeated", lambda *args: proofs.append(1) or real_proof(*args))
+    result = run_snapshot(spark, job, chunk_bytes=1)
+    assert result.chunks_run == 2
+    assert len(proofs) == (0 if record == "this_version" else 1)
     assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
 
 

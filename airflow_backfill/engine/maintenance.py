@@ -8,12 +8,18 @@ unreferenced files older than the table's retention (never less: Delta refuses a
 shorter retention, which keeps time travel to epochs a downstream job may still read).
 None of these commits changes data (`dataChange = false`): the watermark, the MV's rows
 and its change feed stay as they are. Runs under the MV's writer lock, between phases.
+
+OPTIMIZE writes files of up to 1 GiB by default, so an MV smaller than that becomes one
+file and a round's key bounds (`delta.key_range`) have nothing left to skip; a smaller
+`max_file_size` keeps it in several files of separate key ranges.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PHASE_MAINTENANCE = "maintenance"
+MAX_FILE_SIZE_SETTING = "spark.databricks.delta.optimize.maxFileSize"
 
 
 @dataclass(frozen=True)
@@ -43,14 +50,18 @@ class MaintenanceResult:
 
 def maintain_mv(
     spark: SparkSession, job: BackfillJob, *, cluster: bool = True, purge: bool = True, vacuum: bool = False,
+    max_file_size: int | None = None,
 ) -> MaintenanceResult:
-    """Compact (and cluster by key), purge deletion vectors and optionally vacuum the MV."""
+    """Compact (and cluster by key), purge deletion vectors and optionally vacuum the MV;
+    `max_file_size`: the largest file OPTIMIZE writes, in bytes (None: Delta's 1 GiB)."""
+    if max_file_size is not None and max_file_size < 1:
+        raise ValueError(f"max_file_size must be at least 1 byte, got {max_file_size}")
     from delta.tables import DeltaTable
 
     started = time.monotonic()
     plan = plan_query(job.query, job.primary_key)
     tables = [job.target] + ([state_uri(job.target)] if plan.aggregate is not None else [])
-    with writer_lock(job.target, job.name, PHASE_MAINTENANCE):
+    with writer_lock(job.target, job.name, PHASE_MAINTENANCE), _largest_file(spark, max_file_size):
         before = after = 0
         for uri in tables:
             if not table_exists(uri):
@@ -75,3 +86,20 @@ def maintain_mv(
 
 def _file_count(spark: SparkSession, uri: str) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").collect()[0]["numFiles"])
+
+
+@contextmanager
+def _largest_file(spark: SparkSession, max_file_size: int | None) -> Iterator[None]:
+    """OPTIMIZE's file size for the block only, so no later write of the session inherits it."""
+    if max_file_size is None:
+        yield
+        return
+    previous = spark.conf.get(MAX_FILE_SIZE_SETTING, None)
+    spark.conf.set(MAX_FILE_SIZE_SETTING, str(max_file_size))
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(MAX_FILE_SIZE_SETTING)
+        else:
+            spark.conf.set(MAX_FILE_SIZE_SETTING, previous)

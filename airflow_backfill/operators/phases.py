@@ -242,17 +242,24 @@ class MaintainMvOperator(_PhaseOperator):
     deletion vectors (`airflow-backfill maintain`), at the backfill parallelism.
 
     :param vacuum: also VACUUM the MV at its own retention.
+    :param max_file_size: largest file OPTIMIZE writes, in bytes (default: Delta's 1 GiB).
     """
 
     phase = "maintain"
     xcom_key = "maintained_epoch"
 
-    def __init__(self, *, vacuum: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, vacuum: bool = False, max_file_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if max_file_size is not None and max_file_size < 1:
+            raise ValueError(f"max_file_size must be at least 1 byte, got {max_file_size}")
         self.vacuum = vacuum
+        self.max_file_size = max_file_size
 
     def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
-        return ["--vacuum"] if self.vacuum else []
+        arguments = ["--vacuum"] if self.vacuum else []
+        if self.max_file_size is not None:
+            arguments += ["--max-file-size", str(self.max_file_size)]
+        return arguments
 
 
 DEFAULT_STOP_TIMEOUT = 4.0

@@ -186,6 +186,21 @@ def test_the_verify_entry_point_checks_its_arguments():
         parse_args(["--job", "job.yaml", "--key-ranges", "0"])
 
 
+def test_maintain_submits_its_entry_point_with_its_options(job, submitted):
+    from airflow_backfill.operators.phases import MaintainMvOperator
+    from airflow_backfill.spark_jobs.maintain import parse_args
+
+    MaintainMvOperator(task_id="maintain", job=job, vacuum=True, max_file_size=64 << 20).execute(context_with())
+    call = submitted[0]
+    assert os.path.basename(call["application"]) == "maintain.py"
+    args = parse_args(["--job", "job.yaml", *call["args"][call["args"].index("--vacuum"):]])
+    assert (args.vacuum, args.max_file_size) == (True, 64 << 20)
+    with pytest.raises(SystemExit):
+        parse_args(["--job", "job.yaml", "--max-file-size", "0"])
+    with pytest.raises(ValueError, match="max_file_size must be at least 1 byte"):
+        MaintainMvOperator(task_id="maintain_again", job=job, max_file_size=0)
+
+
 @pytest.mark.parametrize(("master", "passed"), [("spark://local?deploy-mode=client", True), ("spark://yarn", False)])
 def test_s3_credentials_reach_spark_submit_only_through_its_environment(job, submitted, s3, monkeypatch,
                                                                          master, passed):

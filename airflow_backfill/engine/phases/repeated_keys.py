@@ -53,7 +53,7 @@ def refuse_repeated_appended_keys(
         return
     duplicate = duplicate_key(appended_rows, plan.upstream_key)
     if duplicate is not None:
-        raise RepeatedKeyError(list(job.primary_key), job.source, f"key {duplicate[0]} appended {duplicate[1]} times")
+        raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, appended.end_version))
 
 
 def refuse_arrived_keys_held_twice(

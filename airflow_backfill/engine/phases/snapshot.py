@@ -120,7 +120,11 @@ def _snapshot(
         return SnapshotResult(existing, 0, True, time.monotonic() - started)
     upstream, progress = _pin_epoch(job, epoch)
     output_schema = mv_schema(spark, upstream, plan)
-    _prove_key(spark, job, plan, upstream)
+    key_proved = progress is not None and progress.key_proved
+    if key_proved:
+        log.info("key proved unique at epoch %s by the run that planned this snapshot", upstream.version)
+    else:
+        key_proved = _prove_key(spark, job, plan, upstream)
     upstream_files = list_data_files(job.source, upstream.version, plan.upstream_key[0])
     chunks = plan_chunks(upstream_files, chunk_bytes)
     if upstream.deletion_vectors and len(chunks) > 1:
@@ -134,6 +138,7 @@ def _snapshot(
             bytes_total=sum(c.size for c in chunks), file_order=order,
         )
         save_progress(job.target, progress)
+    progress.key_proved = key_proved  # saved with the reconciled chunks
     _reconcile_with_log(job, plan, progress, chunks)
     job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING, pinned_epoch=upstream.version)
     log.info(
@@ -317,27 +322,28 @@ def _commit_snapshot(
     return rows
 
 
-def _prove_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: UpstreamInfo) -> None:
+def _prove_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: UpstreamInfo) -> bool:
     """Refuse an upstream whose key is not unique at the pinned epoch, before any chunk is
-    written. A stateless MV's key is the upstream's: a repeated key would become two MV
-    rows, or, when the WHERE leaves one of them out, make later rounds net two upstream
-    rows as one.
+    written; True when the key was proved. A stateless MV's key is the upstream's: a
+    repeated key would become two MV rows, or, when the WHERE leaves one of them out, make
+    later rounds net two upstream rows as one.
 
     The upstream's key columns are proved rather than the MV's, so that a second row which
     the query's WHERE leaves out is seen too. An aggregate's key is its groups: nothing to
     prove.
     """
     if plan.aggregate is not None:
-        return
+        return False
     if not job.verify_primary_key:
         log.info("primary-key uniqueness not verified (verify_primary_key: false)")
-        return
+        return False
     repeated = _upstream_key_repeated(spark, plan, upstream)
     if repeated is not None:
         if table_exists(job.target):
             discard_uncreated_mv(job.target)  # the chunks of an earlier, unproved attempt
         discard_progress(job.target)
         raise RepeatedKeyError(list(job.primary_key), job.source, repeated)
+    return True
 
 
 def _upstream_key_repeated(spark: SparkSession, plan: QueryPlan, upstream: UpstreamInfo) -> str | None:

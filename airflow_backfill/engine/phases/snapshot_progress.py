@@ -51,6 +51,10 @@ class SnapshotProgress:
     """How the plan ordered the upstream's files (`snapshot_chunks.file_order`); records
     older than this field were planned in path order. A plan in another order has other
     chunks, so it is never resumed."""
+    key_proved: bool = False
+    """The upstream's key was proved unique at `epoch` before the first chunk, so a resumed
+    run does not read every key again. Records older than this field may hold chunks
+    written before any proof: they are proved again."""
 
     @property
     def rows_done(self) -> int:
@@ -63,7 +67,6 @@ class SnapshotProgress:
         if self.bytes_total is None or any(size is None for size in sizes):
             return None
         return sum(size for size in sizes if size is not None)
-
 
 
 def load_progress(target: str) -> SnapshotProgress | None:
