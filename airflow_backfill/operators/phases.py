@@ -21,6 +21,7 @@ from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
+from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob
@@ -251,7 +252,8 @@ class MaintainMvOperator(_PhaseOperator):
     def __init__(self, *, vacuum: bool = False, max_file_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if max_file_size is not None and max_file_size < 1:
-            raise ValueError(f"max_file_size must be at least 1 byte, got {max_file_size}")
+            raise BackfillConfigError(f"max_file_size must be at least 1 byte, got {max_file_size}: pass a size in "
+                                      "bytes, or None for Delta's 1 GiB")
         self.vacuum = vacuum
         self.max_file_size = max_file_size
 
