@@ -90,7 +90,7 @@ def backfill_task_group(
     spark_conf: Mapping[str, str] | None = None,
     deferrable: bool | None = None,
     verify: bool = False,
-    maintenance: bool = False,
+    maintenance: bool | Mapping[str, Any] = False,
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
@@ -106,7 +106,8 @@ def backfill_task_group(
         at the MV's watermark and fails when the MV differs (see `airflow-backfill verify`).
     :param maintenance: add a `maintain` task between catch-up and the wait (compaction,
         key clustering, deletion-vector purge; it needs the MV's writer lock, which
-        forward holds for as long as it runs).
+        forward holds for as long as it runs): True, or the task's `MaintainMvOperator`
+        options, e.g. `{"vacuum": True, "max_file_size": 64 << 20}`.
     """
     job = as_job(job)
     group_id = group_id or job.name
@@ -137,8 +138,9 @@ def backfill_task_group(
             max_epochs=forward_max_epochs, idle_timeout=forward_idle_timeout, **common,
         )
         if maintenance:
+            options = maintenance if isinstance(maintenance, Mapping) else {}
             maintain = MaintainMvOperator(
-                task_id="maintain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
+                task_id="maintain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **options, **common
             )
             pin >> snapshot >> catch_up >> maintain >> wait >> forward
         else:

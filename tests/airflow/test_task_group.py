@@ -10,6 +10,7 @@ import pytest
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, TaskGroup, TriggerRule, XComArg
 
+from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.get_provider_info import get_provider_info
 from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.task_group import backfill_task_group, caught_up, mv_asset
@@ -52,6 +53,16 @@ def test_maintenance_runs_between_catch_up_and_the_wait(job):
     assert sorted(tasks["orders.wait_caught_up"].upstream_task_ids) == ["orders.catch_up", "orders.maintain"]
     assert tasks["orders.maintain"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert tasks["orders.maintain"].application.endswith("maintain.py")
+
+
+def test_maintenance_options_reach_the_maintain_task(job):
+    with DAG("m", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        backfill_task_group(job, group_id="orders", maintenance={"vacuum": True, "max_file_size": 1 << 20})
+    maintain = next(task for task in dag.tasks if task.task_id == "orders.maintain")
+    assert (maintain.vacuum, maintain.max_file_size) == (True, 1 << 20)
+    with DAG("bad", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        with pytest.raises(BackfillConfigError, match="max_file_size must be at least 1 byte"):
+            backfill_task_group(job, group_id="orders", maintenance={"max_file_size": 0})
 
 
 def test_an_mv_on_an_mv_starts_once_the_first_is_caught_up_not_after_its_forward(job, tmp_path):
