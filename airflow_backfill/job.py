@@ -51,8 +51,9 @@ def validate_rate_limit(value: Any) -> int | None:
     return _positive_int("rate_limit", value, 10**12)
 
 
-def validate_round_bound(name: str, value: Any) -> int | None:
-    """Validate a cap on one catch-up round (epochs or change bytes); None means no cap."""
+def validate_optional_cap(name: str, value: Any) -> int | None:
+    """Validate an optional cap: epochs or change bytes of one catch-up round, the largest
+    file maintenance writes; None means no cap (or the default)."""
     if value is None:
         return None
     return _positive_int(name, value, 10**15)
@@ -197,8 +198,8 @@ class BackfillJob:
             raise BackfillConfigError(f"poll_interval must be in (0, 3600] seconds, got {self.poll_interval}.")
         _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
         validate_max_stalled_rounds(self.max_stalled_rounds)
-        validate_round_bound("max_round_epochs", self.max_round_epochs)
-        validate_round_bound("max_round_bytes", self.max_round_bytes)
+        validate_optional_cap("max_round_epochs", self.max_round_epochs)
+        validate_optional_cap("max_round_bytes", self.max_round_bytes)
         if self.aws_conn_id is not None and (not isinstance(self.aws_conn_id, str) or not self.aws_conn_id.strip()):
             raise BackfillConfigError(f"aws_conn_id must be an Airflow connection id, got {self.aws_conn_id!r}.")
         if not isinstance(self.verify_primary_key, bool):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.job import validate_parallelism, validate_rate_limit, validate_round_bound
+from airflow_backfill.job import validate_optional_cap, validate_parallelism, validate_rate_limit
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -74,7 +74,7 @@ def _validate(overrides: dict[str, Any], origin: str) -> dict[str, Any]:
             validate_override_rate_limit(overrides["rate_limit"])
         for bound in ("max_round_epochs", "max_round_bytes"):
             if bound in overrides:
-                validate_round_bound(bound, overrides[bound])
+                validate_optional_cap(bound, overrides[bound])
     except BackfillConfigError as error:
         raise BackfillConfigError(f"{origin}: {error}") from None
     return overrides

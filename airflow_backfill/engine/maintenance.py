@@ -27,7 +27,7 @@ from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job import validate_optional_cap
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,9 +55,7 @@ def maintain_mv(
 ) -> MaintenanceResult:
     """Compact (and cluster by key), purge deletion vectors and optionally vacuum the MV;
     `max_file_size`: the largest file OPTIMIZE writes, in bytes (None: Delta's 1 GiB)."""
-    if max_file_size is not None and max_file_size < 1:
-        raise BackfillConfigError(f"max_file_size must be at least 1 byte, got {max_file_size}: pass a size in "
-                                  "bytes, or None for Delta's 1 GiB")
+    validate_optional_cap("max_file_size", max_file_size)
     from delta.tables import DeltaTable
 
     started = time.monotonic()

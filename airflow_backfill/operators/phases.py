@@ -21,10 +21,9 @@ from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
-from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.hooks.spark_connection import spark_master
-from airflow_backfill.job import BackfillJob
+from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
 from airflow_backfill.overrides import group_overrides, job_overrides
@@ -251,9 +250,7 @@ class MaintainMvOperator(_PhaseOperator):
 
     def __init__(self, *, vacuum: bool = False, max_file_size: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if max_file_size is not None and max_file_size < 1:
-            raise BackfillConfigError(f"max_file_size must be at least 1 byte, got {max_file_size}: pass a size in "
-                                      "bytes, or None for Delta's 1 GiB")
+        validate_optional_cap("max_file_size", max_file_size)
         self.vacuum = vacuum
         self.max_file_size = max_file_size
 
