@@ -77,10 +77,14 @@ class MemorySampler:
 
     @contextmanager
     def window(self) -> Iterator[dict[str, float | None]]:
-        """`with sampler.window() as peak:` fills `peak` with the block's peaks on exit."""
+        """`with sampler.window() as peak:` fills `peak` with the block's peaks on exit, and
+        the root process's RSS when the block began (so its growth can be told apart from
+        what the process already held)."""
         with self._lock:
             self._window = [0, 0, 0]
         self.sample()
+        with self._lock:
+            start_root = self._window[2]
         peaks: dict[str, float | None] = {}
         try:
             yield peaks
@@ -88,6 +92,8 @@ class MemorySampler:
             self.sample()
             with self._lock:
                 peaks.update(self._as_mib(self._window))
+            if self.available:
+                peaks["start_root_rss_mib"] = round(start_root / MIB, 1)
 
     def peaks_mib(self) -> dict[str, float | None]:
         """Peak RSS since `reset()`, in MiB: the whole tree, its largest JVM, the root process.

@@ -77,8 +77,15 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         growth = ten["driver_python_peak_mib"] / one["driver_python_peak_mib"]
         table.append((
             "3. driver Python peak, catch-up of 10 % vs 1 %",
-            f"{growth:.2f}x ({ten['driver_python_peak_mib']:.0f} MiB vs {one['driver_python_peak_mib']:.0f} MiB)",
+            f"{growth:.2f}x ({ten['driver_python_peak_mib']:.0f} MiB vs {one['driver_python_peak_mib']:.0f} MiB; "
+            f"{_fmt(one.get('driver_python_start_mib'), ' MiB')} before the 1 % catch-up)",
             f"<= {DRIVER_MEMORY_GROWTH_TARGET}x", _verdict(growth <= DRIVER_MEMORY_GROWTH_TARGET),
+        ))
+    if ten.get("jvm_peak_mib") and one.get("jvm_peak_mib"):
+        table.append((
+            "3. Spark JVM peak (driver and executors in local mode), catch-up of 10 % vs 1 %",
+            f"{ten['jvm_peak_mib'] / one['jvm_peak_mib']:.2f}x ({ten['jvm_peak_mib']:.0f} MiB vs "
+            f"{one['jvm_peak_mib']:.0f} MiB)", "", "",
         ))
     if not shares:
         table.append(("3. catch-up vs recompute", _short(catch_up.get("status")), "", ""))

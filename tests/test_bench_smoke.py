@@ -69,6 +69,8 @@ def test_memory_sampler_keeps_a_section_peak_and_window_peaks() -> None:
             del ballast
         section = sampler.peaks_mib()
     assert peak["peak_rss_mib"] is not None and peak["peak_rss_mib"] >= 64
+    assert peak["start_root_rss_mib"] is not None and peak["peak_root_rss_mib"] is not None
+    assert peak["start_root_rss_mib"] + 60 <= peak["peak_root_rss_mib"], "the window's start is not its peak"
     assert section["peak_rss_mib"] is not None and section["peak_rss_mib"] >= peak["peak_rss_mib"]
 
 
@@ -154,6 +156,7 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
         case = result["catch_up"]["shares"][share]
         assert case["updated_rows"] >= 1 and _numbers(case["ratio"], case["catch_up_s"], case["recompute_s"])
         assert _numbers(case["driver_python_peak_mib"]) and case["driver_python_peak_mib"] > 0
+        assert 0 < case["driver_python_start_mib"] <= case["driver_python_peak_mib"]
     newest = result["catch_up"]["newest"]
     assert newest["updated_rows"] >= 1 and _numbers(newest["ratio"], newest["catch_up_s"], newest["recompute_s"])
     assert result["catch_up"]["mv_files"] >= 1
