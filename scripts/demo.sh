@@ -23,7 +23,12 @@ echo "== airflow dags test example_orders_mv"
 if ! airflow dags test example_orders_mv >"$home/dags_test.log" 2>&1; then
   tail -n 60 "$home/dags_test.log"; echo "airflow dags test failed (full log: $home/dags_test.log)"; exit 1
 fi
-grep -E "airflow_backfill\.engine\.(snapshot|catch_up|forward)" "$home/dags_test.log" | sed -E 's/^.*INFO - //' | tail -n 25 || true
+# The phases' progress lines, as "time module: message" (Airflow wraps each line of the
+# spark-submit output in its own log record).
+progress='^.*\] [0-9-]+ ([0-9:]+),[0-9]+ [A-Z]+ airflow_backfill\.engine\.phases\.([a-z_]+): (.*) \[airflow\..*$'
+if ! grep -E "$progress" "$home/dags_test.log" | sed -E "s/$progress/\1 \2: \3/" | tail -n 40 | grep .; then
+  echo "no progress of the phases in $home/dags_test.log: its log format changed"; exit 1
+fi
 
 kill -TERM $simulator; wait $simulator || true
 trap - EXIT
