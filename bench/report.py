@@ -75,10 +75,11 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ten, one = shares.get("0.1", {}), shares.get("0.01", {})
     if ten.get("driver_python_peak_mib") and one.get("driver_python_peak_mib"):
         growth = ten["driver_python_peak_mib"] / one["driver_python_peak_mib"]
+        start = one.get("driver_python_start_mib")
+        held = f"; {start:.0f} MiB before the 1 % catch-up" if start else ""
         table.append((
             "3. driver Python peak, catch-up of 10 % vs 1 %",
-            f"{growth:.2f}x ({ten['driver_python_peak_mib']:.0f} MiB vs {one['driver_python_peak_mib']:.0f} MiB; "
-            f"{_fmt(one.get('driver_python_start_mib'), ' MiB')} before the 1 % catch-up)",
+            f"{growth:.2f}x ({ten['driver_python_peak_mib']:.0f} MiB vs {one['driver_python_peak_mib']:.0f} MiB{held})",
             f"<= {DRIVER_MEMORY_GROWTH_TARGET}x", _verdict(growth <= DRIVER_MEMORY_GROWTH_TARGET),
         ))
     if ten.get("jvm_peak_mib") and one.get("jvm_peak_mib"):

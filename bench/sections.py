@@ -35,6 +35,8 @@ from bench.workload import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from airflow_backfill.tpch import TpchTables
+
 log = logging.getLogger("bench")
 
 MV_NAME = "bench_lineitem_mv"
@@ -256,7 +258,7 @@ def _catch_up_case(
     }
 
 
-def _update_lineitems_elsewhere(tables: Any, seed: int, share: float, *, newest: bool) -> tuple[int, int]:
+def _update_lineitems_elsewhere(tables: TpchTables, seed: int, share: float, *, newest: bool) -> tuple[int, int]:
     """`tpch update` in a process of its own: its Arrow work (the table's keys, a delta-rs
     MERGE) would otherwise stay in this process's RSS and hide the catch-up driver's own
     peak behind it. Returns (rows updated, the lineitem version committed)."""
