@@ -308,7 +308,7 @@ def _refresh_pairs(spark: SparkSession, settings: SectionSettings, kind: str) ->
                                  QUERIES[kind], backfill_parallelism=settings.parallelism)
     run_snapshot(spark, recompute_job, parallelism=settings.parallelism)  # unmeasured warm-up
     shutil.rmtree(recompute_job.target, ignore_errors=True)
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     for _ in range(settings.repeats):
         rf1 = tpch.insert_new_orders(workspace.tables, settings.seed)
         rf2 = tpch.delete_old_orders(workspace.tables, settings.seed)
