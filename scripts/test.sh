@@ -7,8 +7,8 @@ bash scripts/install.sh
 source scripts/env.sh
 echo "== ruff"
 ruff check airflow_backfill spark_jobs dags tests bench
-echo "== mypy (package)"
-mypy airflow_backfill spark_jobs
+echo "== mypy (package, entry points, benchmarks)"
+mypy airflow_backfill spark_jobs bench
 echo "== pytest"
 # Two test processes (CI has two cores), each with its own Spark session and servers, each
 # taking the next test in order when it finishes one (`--maxschedchunk 1`; by default a
