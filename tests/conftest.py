@@ -52,7 +52,9 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", f"{QUICK_JIT} -XX:+UseSerialGC")
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-LONGEST_MODULES = ("test_bench_smoke.py", "test_dag_run.py", "test_tpch_dag.py", "test_object_store_dag.py")
+LONGEST_MODULES = (
+    "test_bench_smoke.py", "test_dag_run.py", "test_tpch_dag.py", "test_object_store_dag.py", "test_spark_cluster.py",
+)
 """Modules whose tests take minutes each (see the `--durations` report of scripts/test.sh)."""
 
 

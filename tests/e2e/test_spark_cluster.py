@@ -1,10 +1,12 @@
-"""Catch-up as a spark-submit application of a Spark standalone cluster on loopback: the
+"""Phases as spark-submit applications of a Spark standalone cluster on loopback: the
 change feed is read, netted and merged by executors in the worker's JVMs, which load the
-Delta jars the driver ships them; the MV is exact at every commit."""
+Delta jars the driver ships them; the MV is exact at every commit, also when a driver is
+killed between an aggregate's two commits, and for an MV over that MV."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -22,14 +24,18 @@ ROOT = Path(__file__).resolve().parents[2]
 QUERY = "SELECT order_id, customer_id, status, amount * quantity AS total FROM source WHERE quantity >= 2"
 
 
-def submit(cluster, phase: str, job: dict, parallelism: int) -> subprocess.CompletedProcess:
+def submit(cluster, phase: str, job: dict, parallelism: int, fault: str | None = None) -> subprocess.CompletedProcess:
+    """Run `phase` as an application of `cluster`; `fault` arms a fault-injection point."""
+    env = {key: value for key, value in os.environ.items() if key != "AIRFLOW_BACKFILL_FAULT"}
+    if fault:
+        env["AIRFLOW_BACKFILL_FAULT"] = fault
     command = [
         str(Path(sys.executable).with_name("spark-submit")), "--master", cluster.master_url,
         "--conf", "spark.executor.cores=1", "--conf", f"spark.cores.max={parallelism}",
         "--conf", "spark.executor.memory=1g",
         str(ROOT / "spark_jobs" / f"{phase}.py"), "--job-json", json.dumps(job), "--parallelism", str(parallelism),
     ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_catch_up_runs_on_the_cluster_executors(tables, spark_cluster):
@@ -52,3 +58,50 @@ def test_catch_up_runs_on_the_cluster_executors(tables, spark_cluster):
     assert int(commits[-1]["airflow_backfill.epoch"]) == 4
     assert_every_commit_matches(tables["source"], tables["target"], QUERY, "airflow_backfill/on_cluster",
                                 key=["order_id"])
+
+
+AGGREGATE_QUERY = (
+    "SELECT customer_id, COUNT(*) AS orders, SUM(amount) AS revenue, MAX(quantity) AS top_quantity "
+    "FROM source WHERE status <> 'cancelled' GROUP BY customer_id"
+)
+OVER_AGGREGATE_QUERY = "SELECT customer_id, orders, revenue FROM source WHERE orders >= 2"
+
+
+def test_an_aggregate_killed_between_its_commits_on_the_cluster_recovers_and_feeds_an_mv(tmp_path, spark_cluster):
+    """The driver of an aggregate's catch-up is killed after the per-group state commit and
+    before the MV commit; the rerun on the cluster brings the MV to the state's epoch first.
+    A stateless MV over that aggregate MV then follows its change feed on the cluster."""
+    source, aggregate_mv, over_mv = (str(tmp_path / name) for name in ("orders", "by_customer", "regulars"))
+    create_orders_table(source, rows=2000, seed=41)
+    aggregate = {"name": "by_customer", "query": AGGREGATE_QUERY, "primary_key": ["order_id"], "lag_threshold": 0,
+                 "backfill_parallelism": 2, "parallelism": 1, "source": source, "target": aggregate_mv}
+    regulars = {"name": "regulars", "query": OVER_AGGREGATE_QUERY, "primary_key": ["customer_id"],
+                "lag_threshold": 0, "backfill_parallelism": 2, "parallelism": 1, "source": aggregate_mv,
+                "target": over_mv}
+    assert submit(spark_cluster, "snapshot", aggregate, 2).returncode == 0
+    rng = random.Random(42)
+    for _ in range(3):
+        commit_epoch(source, rng, inserts=20, updates=60, deletes=10)
+
+    crashed = submit(spark_cluster, "catch_up", aggregate, 2, fault="catch_up:after_state_commit")
+    assert crashed.returncode != 0 and "fault injection: killing" in crashed.stdout + crashed.stderr, \
+        crashed.stderr[-3000:]
+    rerun = submit(spark_cluster, "catch_up", aggregate, 2)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    recovered = [c for c in mv_commits(aggregate_mv) if c.get("airflow_backfill.recovered_from_state")]
+    assert len(recovered) == 1, "the rerun did not bring the MV to the committed state's epoch first"
+
+    snapshot = submit(spark_cluster, "snapshot", regulars, 2)
+    assert snapshot.returncode == 0, snapshot.stderr[-3000:]
+    for _ in range(2):
+        commit_epoch(source, rng, inserts=20, updates=60, deletes=10)
+    for job in (aggregate, regulars):
+        caught_up = submit(spark_cluster, "catch_up", job, 2)
+        assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+
+    assert_every_commit_matches(source, aggregate_mv, AGGREGATE_QUERY, "airflow_backfill/by_customer",
+                                key=["customer_id"])
+    checked = assert_every_commit_matches(aggregate_mv, over_mv, OVER_AGGREGATE_QUERY, "airflow_backfill/regulars",
+                                          key=["customer_id"])
+    assert checked >= 2, "the MV over the aggregate MV did not catch up"
+    assert [c["airflow_backfill.phase"] for c in mv_commits(over_mv)][-1] == "catch_up"
