@@ -4,6 +4,7 @@ driver, and receive the Delta jars from the driver as a real cluster would."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -61,8 +62,8 @@ def spark_cluster(work_dir: Path) -> Iterator[SparkCluster]:
             "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY, "--webui-port", str(worker_web_port),
             log=work_dir / "worker.log", env=env,
         )
-        _wait(lambda: bool(cluster.state().get("aliveworkers")), worker, work_dir / "worker.log",
-              "the Spark worker to register")
+        _wait(lambda: bool((_state_if_answering(cluster) or {}).get("aliveworkers")), worker,
+              work_dir / "worker.log", "the Spark worker to register")
         yield cluster
     finally:
         for process in (worker, master):
@@ -71,11 +72,16 @@ def spark_cluster(work_dir: Path) -> Iterator[SparkCluster]:
 
 
 def _answers(cluster: SparkCluster) -> bool:
+    return _state_if_answering(cluster) is not None
+
+
+def _state_if_answering(cluster: SparkCluster) -> dict | None:
+    """The master's state, or None while its web UI is not serving it yet: a starting UI
+    refuses connections, answers with an error page, or cuts a response short."""
     try:
-        cluster.state()
-    except OSError:
-        return False
-    return True
+        return cluster.state()
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
 
 
 def _wait(ready, process: subprocess.Popen, log: Path, what: str) -> None:
