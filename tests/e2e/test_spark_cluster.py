@@ -57,7 +57,8 @@ def test_an_aggregate_killed_between_its_commits_on_the_cluster_recovers_and_fee
     regulars = {"name": "regulars", "query": OVER_AGGREGATE_QUERY, "primary_key": ["customer_id"],
                 "lag_threshold": 0, "backfill_parallelism": 2, "parallelism": 1, "source": aggregate_mv,
                 "target": over_mv}
-    assert submit(spark_cluster, "snapshot", aggregate, 2).returncode == 0
+    created = submit(spark_cluster, "snapshot", aggregate, 2)
+    assert created.returncode == 0, created.stderr[-3000:]
     rng = random.Random(42)
     for _ in range(3):
         commit_epoch(source, rng, inserts=20, updates=60, deletes=10)
