@@ -56,7 +56,7 @@ def spark_cluster(work_dir: Path) -> Iterator[SparkCluster]:
                           "--webui-port", str(web_port), log=work_dir / "master.log", env=env)
     worker = None
     try:
-        _wait(lambda: _answers(cluster), master, work_dir / "master.log", "the Spark master")
+        _wait(lambda: _state_if_answering(cluster) is not None, master, work_dir / "master.log", "the Spark master")
         worker = _spark_class(
             "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
             "--cores", str(WORKER_CORES), "--memory", WORKER_MEMORY, "--webui-port", str(worker_web_port),
@@ -69,10 +69,6 @@ def spark_cluster(work_dir: Path) -> Iterator[SparkCluster]:
         for process in (worker, master):
             if process is not None:
                 _stop(process)
-
-
-def _answers(cluster: SparkCluster) -> bool:
-    return _state_if_answering(cluster) is not None
 
 
 def _state_if_answering(cluster: SparkCluster) -> dict | None:
