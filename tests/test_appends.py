@@ -16,7 +16,7 @@ from helpers_delta import append_orders, change_type_counts, delete_orders, larg
 from airflow_backfill.engine.delta.appends import appended_prefix
 from airflow_backfill.engine.delta.change_feed import read_change_feed
 from airflow_backfill.engine.delta.log import read_watermark
-from airflow_backfill.engine.phases import apply
+from airflow_backfill.engine.phases import apply, repeated_keys
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.exceptions import UpstreamError
@@ -158,6 +158,28 @@ def test_a_second_row_for_a_key_the_query_filtered_out_is_refused_before_anythin
         version = append_order(source, hidden, "paid")
 
     assert_refused_without_a_commit(spark, job, rf"order_id={hidden} is held 2 times at epoch {version}")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("repeated", [False, True], ids=["new_keys", "a_new_key_twice"])
+def test_keys_arriving_above_the_upstreams_largest_are_proved_by_the_feed_alone(spark, tables, monkeypatch, repeated):
+    """With a WHERE, keys that arrive in a feed round above every key the upstream held at
+    the watermark have all their rows in the feed: the upstream is not read, and a key
+    inserted twice is still refused by the netting."""
+    source = tables["source"]
+    job, top = snapshotted_mv(spark, tables, rows=80, seed=11)
+    commit_epoch(source, random.Random(12), inserts=0, updates=3, deletes=1)  # the round reads the feed
+    append_order(source, top + 1, "cancelled")
+    append_order(source, top + 1 if repeated else top + 2, "paid")
+    upstream_reads = []
+    monkeypatch.setattr(repeated_keys, "refuse_keys_held_twice", lambda *args, **kwargs: upstream_reads.append(args))
+
+    if repeated:
+        assert_refused_without_a_commit(spark, job, rf"order_id={top + 1} is held twice between epochs")
+    else:
+        run_catch_up(spark, job)
+        assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+    assert upstream_reads == []
 
 
 @pytest.mark.spark

@@ -219,7 +219,7 @@ def _apply_stateless(
     try:
         change_rows = feed.count()
         if ask_upstream:
-            refuse_arrived_keys_held_twice(spark, job, plan, net, info.epoch)
+            refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
         keyed = mv_changes(spark, net, plan)
         maybe_crash(info.phase, "after_write")
         null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
