@@ -11,6 +11,7 @@ import random
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import DeltaError
 from helpers_delta import append_orders, change_type_counts, delete_orders, largest_order, mv_commits
 
 from airflow_backfill.engine.delta.appends import appended_prefix
@@ -180,6 +181,28 @@ def test_keys_arriving_above_the_upstreams_largest_are_proved_by_the_feed_alone(
         run_catch_up(spark, job)
         assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
     assert upstream_reads == []
+
+
+@pytest.mark.spark
+def test_keys_above_the_largest_are_looked_up_when_the_watermarks_version_cannot_be_loaded(spark, tables, monkeypatch):
+    """Without the statistics at the watermark nothing is known: the upstream is asked."""
+    source = tables["source"]
+    job, top = snapshotted_mv(spark, tables, rows=80, seed=13)
+    commit_epoch(source, random.Random(14), inserts=0, updates=3, deletes=1)
+    append_order(source, top + 1, "paid")
+
+    def log_gone(*_args, **_kwargs):
+        raise DeltaError("Invalid table version")
+
+    monkeypatch.setattr(repeated_keys, "table_key_max", log_gone)
+    asked = []
+    ask = repeated_keys.refuse_keys_held_twice
+    monkeypatch.setattr(repeated_keys, "refuse_keys_held_twice", lambda *args, **kwargs: asked.append(args) or ask(*args, **kwargs))
+
+    run_catch_up(spark, job)
+
+    assert len(asked) == 1
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
 
 
 @pytest.mark.spark

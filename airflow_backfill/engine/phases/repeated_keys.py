@@ -15,7 +15,7 @@ reading data).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.commits import ARRIVED
 from airflow_backfill.engine.delta.key_range import KeyRange, all_above, boundable, key_range, table_key_max
@@ -49,7 +49,7 @@ def refuse_repeated_appended_keys(
     """
     if not appended.paths or not job.verify_primary_key:
         return
-    if plan.filters_rows and not all_above(appended.keys, table_key_max(job.source, appended.keys.column, watermark)):
+    if plan.filters_rows and not all_above(appended.keys, _largest_key_at(job, appended.keys.column, watermark)):
         refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
         return
     duplicate = duplicate_key(appended_rows, plan.upstream_key)
@@ -81,9 +81,9 @@ def refuse_arrived_keys_held_twice(
     if not within.present_rows:
         return
     leading = next(f for f in arrived.schema.fields if f.name.lower() == plan.upstream_key[0].lower())
-    if boundable(leading.dataType) and all_above(within, table_key_max(job.source, leading.name, watermark)):
-        log.info("upstream keys the round added lie above its largest key at epoch %s: its change feed "
-                 "held all their rows", watermark)
+    if boundable(leading.dataType) and all_above(within, _largest_key_at(job, leading.name, watermark)):
+        log.info("upstream keys the round added lie above the upstream's largest key at epoch %s: the "
+                 "change feed holds all their rows, so the upstream is not read", watermark)
         return
     keys = arrived.select(*(F.col(quote(c)) for c in plan.upstream_key))
     refuse_keys_held_twice(spark, job, plan, version, within, keys)
@@ -109,6 +109,19 @@ def refuse_keys_held_twice(
     if duplicate is not None:
         raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, version))
     log.info("upstream keys the round added checked at epoch %s: each is held once", version)
+
+
+def _largest_key_at(job: BackfillJob, column: str, watermark: int) -> Any:
+    """The upstream's largest `column` at the watermark from its file statistics; None
+    (nothing known, so the upstream is asked) when that version can no longer be loaded,
+    e.g. its log entries were cleaned up."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return table_key_max(job.source, column, watermark)
+    except DeltaError as error:
+        log.info("the upstream at epoch %s cannot be loaded (%s): its keys are looked up instead", watermark, error)
+        return None
 
 
 def held_times(key: dict, count: int, version: int) -> str:
