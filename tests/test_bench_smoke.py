@@ -122,6 +122,18 @@ def test_report_says_missed_targets_and_unavailable_sections() -> None:
     assert report.markdown(result).startswith("| measurement |")
 
 
+def test_report_bounds_each_catch_up_by_its_floor() -> None:
+    result = {
+        "catch_up": {"shares": {"0.01": {"catch_up_s": 10.0, "recompute_s": 7.0,
+                                         "floor_s": {"feed": 0.5, "locate": 0.6, "commits": 0.4, "total": 1.5}}}},
+        "refresh": {"parallelism": 2, "aggregate": {"speedup": 0.96, "catch_up_median_s": 5.5,
+                                                    "recompute_median_s": 5.28, "floor_median_s": 1.76}},
+    }
+    text = report.render(result)
+    assert "floor 1.50 s, so at most 4.7x" in text
+    assert "floor 1.76 s, so at most 3.0x" in text
+
+
 def _numbers(*values: object) -> bool:
     return all(isinstance(value, int | float) and not isinstance(value, bool) for value in values)
 
@@ -157,6 +169,8 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
         assert case["updated_rows"] >= 1 and _numbers(case["ratio"], case["catch_up_s"], case["recompute_s"])
         assert _numbers(case["driver_python_peak_mib"]) and case["driver_python_peak_mib"] > 0
         assert 0 < case["driver_python_start_mib"] <= case["driver_python_peak_mib"]
+        floor = case["floor_s"]
+        assert abs(floor["total"] - (floor["feed"] + floor["locate"] + floor["commits"])) < 0.005 and floor["locate"] > 0
     newest = result["catch_up"]["newest"]
     assert newest["updated_rows"] >= 1 and _numbers(newest["ratio"], newest["catch_up_s"], newest["recompute_s"])
     assert result["catch_up"]["mv_files"] >= 1
@@ -166,6 +180,10 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
         assert all(pair["inserted_lineitems"] >= 1 and pair["deleted_lineitems"] >= 1 and pair["change_rows"] >= 2
                    for pair in refresh["refresh_pairs"])
         assert _numbers(refresh["speedup"], refresh["catch_up_median_s"], refresh["recompute_median_s"])
+        floor = refresh["refresh_pairs"][0]["floor_s"]
+        assert 0 < floor["feed"] < floor["total"] and 0 < floor["commits"] < floor["total"], floor
+        assert (floor["locate"] > 0) == (kind == "stateless"), floor
+        assert refresh["ceiling_speedup"] == round(refresh["recompute_median_s"] / refresh["floor_median_s"], 2)
         steps = refresh["refresh_pairs"][0]["round_steps_s"]
         assert steps["merge_keyed"] > 0, steps
 
