@@ -9,7 +9,8 @@ nothing downloaded), then measures, each configuration in its own process:
 2. scaling: the snapshot at backfill parallelism 1 and 2;
 3. catch-up cost: 10%, 1% and 0.1% updated rows against recomputing the MV, and
    RF1 + RF2 refresh pairs against recomputing the Q1 aggregate and the stateless MV,
-   beside the floor any round costs (reading the pair's change feed, empty commits);
+   each beside the floor of any round over the same epochs (reading its change feed,
+   locating its keys in the MV, its commits);
 4. forward freshness: upstream commit to MV commit, one upstream epoch a second;
 5. orchestration overhead: `airflow dags test` against the phases' Spark time;
 6. peak memory of every case.
