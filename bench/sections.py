@@ -364,11 +364,11 @@ def round_floor(spark: SparkSession, job: Any, watermark: int, end: int) -> dict
     from airflow_backfill.engine.delta.change_feed import read_change_feed
     from airflow_backfill.engine.delta.commits import commit_watermark_only
     from airflow_backfill.engine.delta.log import load_table
-    from airflow_backfill.engine.planning.query import plan_query, referenced_columns
+    from airflow_backfill.engine.phases.apply import feed_columns
+    from airflow_backfill.engine.planning.query import plan_query
 
     plan = plan_query(job.query, job.primary_key)
-    wanted = (referenced_columns(plan.query) or frozenset()) | {c.lower() for c in plan.upstream_key}
-    columns = [c for c in spark.read.format("delta").load(job.source).columns if c.lower() in wanted]
+    columns = feed_columns(job, plan)
     tables = [job.target] if plan.aggregate is None else [state_uri(job.target), job.target]
     schemas = [spark.read.format("delta").load(uri).schema for uri in tables]
     feed = read_change_feed(spark, job.source, watermark, end, columns).cache()

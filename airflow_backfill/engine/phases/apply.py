@@ -117,7 +117,7 @@ def apply_epochs(
     return applied
 
 
-def _feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
+def feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
     """The upstream columns a stateless round reads: the key and what the query references
     (None: all of them, for `SELECT *`). Their names come from the log the round already
     follows with delta-rs: asking Spark would rebuild the upstream's snapshot for a list
@@ -211,7 +211,7 @@ def _apply_stateless(
                      info.epoch)
         info = replace(info, epoch=appended.end_version)
         return (info.epoch, *_append_appended(spark, job, plan, appended, appended_rows, watermark, info))
-    feed = read_change_feed(spark, job.source, watermark, info.epoch, _feed_columns(job, plan)).cache()
+    feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
     net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
     ask_upstream = job.verify_primary_key and plan.filters_rows
     if ask_upstream:
