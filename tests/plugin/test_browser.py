@@ -32,11 +32,12 @@ pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium")
 IMAGES = ROOT / "docs" / "images"
-FILES = 10
+FILES = 6
 ROWS_PER_FILE = 20
 """At the job's 20 rows/s, each one-file chunk takes at least a second."""
-CATCH_UP_EPOCHS = 4
-"""Upstream epochs committed after the snapshot; catch-up applies one per round."""
+CATCH_UP_EPOCHS = 3
+"""Upstream epochs committed after the snapshot; catch-up applies one per round. The page
+pauses it once the first round is done, while the second runs: it holds before the third."""
 
 if CHROMIUM is None:
     pytest.skip("Chromium is missing: run scripts/install.sh", allow_module_level=True)
@@ -123,6 +124,7 @@ def save_screenshots(pages: dict[str, object], name: str) -> None:
     IMAGES.mkdir(exist_ok=True)
     for mode, page in pages.items():
         expect(page.get_by_test_id("updated")).to_contain_text("Updated")
+        assert page.evaluate('document.documentElement.classList.contains("dark")') == (mode == "dark")
         path = IMAGES / f"progress_{name}_{mode}.png"
         full_height_screenshot(page, path)
         assert path.stat().st_size > 10_000
@@ -278,6 +280,7 @@ def test_a_viewer_sees_no_control(open_page):
 
     page = open_page(job_path(API_JOB), "viewer")
     expect(page.get_by_test_id(f"read-only-{API_JOB}")).to_contain_text(f"needs edit permission on DAG {DAG_ID}")
+    expect(page.get_by_test_id("nav-sidebar")).to_be_visible()  # inside Airflow's frame
     assert page.get_by_role("textbox").count() == 0
     assert page.get_by_role("button", name=re.compile("Apply|Pause|Resume|Reset")).count() == 0
 

@@ -176,7 +176,7 @@ function phaseSteps(view) {
   } else if (status.phase === "snapshot") {
     done = 1;
     next = `Next: catch-up, from the snapshot's epoch ${count(watermark)} ` +
-      `(${count(status.pending_epochs)} epochs pending).`;
+      `(${plural(status.pending_epochs, "epoch")} pending).`;
   } else if (status.phase === "forward") {
     done = 2;
     current = 2;
@@ -188,7 +188,7 @@ function phaseSteps(view) {
   } else {
     done = 1;
     current = 1;
-    next = `Next: forward, once at most ${count(settings.lag_threshold)} epochs are pending ` +
+    next = `Next: forward, once the lag is at most ${plural(settings.lag_threshold, "epoch")} ` +
       `(now ${count(status.pending_epochs)}).`;
   }
   const steps = PHASES.map((phase, index) => ({
