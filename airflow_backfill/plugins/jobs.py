@@ -117,24 +117,22 @@ class MetadataDatabase:
         from airflow.models.dag_version import DagVersion
         from airflow.models.serialized_dag import SerializedDagModel
         from airflow.utils.session import create_session
-        from sqlalchemy import func, select
 
-        latest = (
-            select(DagVersion.dag_id, func.max(DagVersion.version_number).label("number"))
-            .join(SerializedDagModel, SerializedDagModel.dag_version_id == DagVersion.id)
-            .group_by(DagVersion.dag_id)
-            .subquery()
-        )
         with create_session() as session:
-            rows = session.execute(
-                select(DagVersion.dag_id, DagVersion.version_number, SerializedDagModel.dag_hash)
+            rows = (
+                session.query(DagVersion.dag_id, DagVersion.version_number, SerializedDagModel.dag_hash)
                 .join(SerializedDagModel, SerializedDagModel.dag_version_id == DagVersion.id)
-                .join(latest, (DagVersion.dag_id == latest.c.dag_id) & (DagVersion.version_number == latest.c.number))
                 .join(DagModel, DagModel.dag_id == DagVersion.dag_id)
-                .where(~DagModel.is_stale)
-            ).all()
-        # A DAG that changes before it ever ran is updated in place: its hash tells.
-        return {dag_id: f"{number}:{dag_hash}" for dag_id, number, dag_hash in rows}
+                .filter(~DagModel.is_stale)
+                .all()
+            )
+        # The latest version of each DAG; one that changes before it ever ran is updated in
+        # place, which its hash tells.
+        latest: dict[str, tuple[int, str]] = {}
+        for dag_id, number, dag_hash in rows:
+            if dag_id not in latest or number > latest[dag_id][0]:
+                latest[dag_id] = (number, dag_hash)
+        return {dag_id: f"{number}:{dag_hash}" for dag_id, (number, dag_hash) in latest.items()}
 
     def load(self, dag_id: str) -> Mapping[str, Any] | None:
         from airflow.models.serialized_dag import SerializedDagModel

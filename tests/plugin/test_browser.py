@@ -45,8 +45,9 @@ if CHROMIUM is None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=20_000)  # a loaded 2-core machine renders slowly
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:
@@ -303,7 +304,9 @@ def test_the_page_is_in_the_browse_menu_and_links_into_airflow(open_page, api_se
     expect(page.get_by_role("menuitem", name="Backfill progress")).to_be_visible()
     page.keyboard.press("Escape")
     page.get_by_test_id("never-ran").get_by_role("button").click()
-    page.get_by_test_id(f"dag-link-orders_mv-{EXAMPLE_DAG_ID}").click()
+    link = page.get_by_test_id(f"dag-link-orders_mv-{EXAMPLE_DAG_ID}")
+    expect(link).to_be_visible()
+    link.click()
     expect(page).to_have_url(re.compile(rf"/dags/{EXAMPLE_DAG_ID}$"))
 
 
