@@ -6,9 +6,9 @@ DAG it parses, and the tasks that carry a job add its JSON to their serialized f
 (serialized_job.py). So the API server runs no DAG code, and a DAG file that is slow or
 broken to import costs it nothing.
 
-A refresh asks the database for the latest serialized version of every DAG (its id and
-hash: one small query) and decodes only the DAGs whose hash changed since the last
-refresh. Requests within `REFRESH_SECONDS` of a refresh reuse its result.
+A refresh asks the database for the versions of the DAGs that are not stale (ids,
+version numbers and hashes: one query of small columns) and decodes only the DAGs whose
+latest version changed since the last refresh. Requests within `REFRESH_SECONDS` of a refresh reuse its result.
 """
 
 from __future__ import annotations
