@@ -181,6 +181,7 @@ def mv_commits(target: str, limit: int = COMMITS_SHOWN) -> list[dict[str, Any]]:
             "parallelism": _as_int(metadata.get("parallelism")),
             "rows": _as_int(metadata.get("rows")),
             "chunk_parallelism": _int_list(metadata.get("chunk_parallelism")),
+            "chunk": _as_int(metadata.get("chunk")),
             "plan": _plan(metadata.get("plan")),
         })
     return commits

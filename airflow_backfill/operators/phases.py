@@ -27,6 +27,7 @@ from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
 from airflow_backfill.overrides import group_overrides, job_overrides
+from airflow_backfill.serialized_job import SerializesJob
 
 
 def entry_point(phase: str) -> str:
@@ -44,7 +45,7 @@ def _optional(value: Any, convert: type) -> Any:
     return convert(value)
 
 
-class _PhaseOperator(SparkSubmitOperator):
+class _PhaseOperator(SerializesJob, SparkSubmitOperator):
     """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom.
 
     :param conf_key: the `dag_run.conf` key of this job's own overrides (default: the

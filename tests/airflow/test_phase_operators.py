@@ -21,7 +21,7 @@ from airflow_backfill.operators.phases import (
     SnapshotBackfillOperator,
 )
 
-PROGRESS_LINK = {"_link_BackfillProgressLink": "/airflow-backfill/jobs/orders_mv"}
+PROGRESS_LINK = {"_link_BackfillProgressLink": "/plugin/airflow-backfill/jobs/orders_mv"}
 """Pushed when a phase starts, so a running phase already links to its job's page."""
 MV_ROWS = pa.table({"order_id": pa.array([0], pa.int64()), "amount": pa.array([0.0])})
 
@@ -174,7 +174,7 @@ def test_verify_submits_its_entry_point_and_pushes_only_its_progress_link(job, s
     assert os.path.basename(call["application"]) == "verify.py"
     assert call["args"][call["args"].index("--key-ranges") + 1] == "16"
     assert call["args"][call["args"].index("--parallelism") + 1] == "2"
-    assert context["ti"].pushed == {"_link_BackfillProgressLink": f"/airflow-backfill/jobs/{job.name}"}
+    assert context["ti"].pushed == {"_link_BackfillProgressLink": f"/plugin/airflow-backfill/jobs/{job.name}"}
 
 
 def test_the_verify_entry_point_checks_its_arguments():
