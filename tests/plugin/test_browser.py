@@ -6,8 +6,10 @@ signed-out user lands on Airflow's login page."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +18,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from airflow_processes import ROOT
 from airflow_server import API_JOB, BROWSER_JOB, DAG_ID, EXAMPLE_DAG_ID, job_spec
 from deltalake import DeltaTable, write_deltalake
 
@@ -31,7 +32,9 @@ from airflow_backfill.job import BackfillJob
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium")
-IMAGES = ROOT / "docs" / "images"
+IMAGES = Path(os.environ.get("AIRFLOW_BACKFILL_SCREENSHOTS") or tempfile.mkdtemp(prefix="airflow_backfill-screens-"))
+"""Where the screenshots go: a temporary folder, or `docs/images` when refreshing the docs'
+pictures (`AIRFLOW_BACKFILL_SCREENSHOTS=docs/images bash scripts/test.sh tests/plugin/test_browser.py`)."""
 FILES = 6
 ROWS_PER_FILE = 20
 """At the job's 20 rows/s, each one-file chunk takes at least a second."""
@@ -119,10 +122,10 @@ def joined(thread: threading.Thread, errors: list[BaseException]) -> None:
 
 
 def save_screenshots(pages: dict[str, object], name: str) -> None:
-    """docs/images/progress_<name>_<light|dark>.png, as docs/ui.md shows them."""
+    """progress_<name>_<light|dark>.png in IMAGES, as docs/ui.md shows them."""
     from playwright.sync_api import expect
 
-    IMAGES.mkdir(exist_ok=True)
+    IMAGES.mkdir(parents=True, exist_ok=True)
     for mode, page in pages.items():
         expect(page.get_by_test_id("updated")).to_contain_text("Updated")
         assert page.evaluate('document.documentElement.classList.contains("dark")') == (mode == "dark")
@@ -204,7 +207,9 @@ def test_a_job_through_its_three_phases_with_live_control(api_server, spark, ope
     expect(message).to_contain_text("rate limit 40 rows/s (override)")
     assert read_overrides(job.target) == {"backfill_parallelism": 1, "rate_limit": 40, "max_round_epochs": 1}
     joined(runner, errors)
-    assert len(job_state.read_state(job.target)["catch_up_rounds"]) == CATCH_UP_EPOCHS
+    rounds = job_state.read_state(job.target)["catch_up_rounds"]
+    assert len(rounds) == CATCH_UP_EPOCHS and rounds[-1]["plan"]
+    expect(page.get_by_test_id(f"rounds-{name}")).to_contain_text(rounds[-1]["plan"])  # how each round wrote
 
     # Forward: two more epochs, applied at the job's parallelism.
     runner, errors = in_thread(lambda: run_forward(spark, job, bounds=ForwardBounds(max_epochs=2, idle_timeout=60)))
@@ -311,7 +316,7 @@ def test_the_page_is_in_the_browse_menu_and_links_into_airflow(open_page, api_se
 
 
 def test_the_example_dags_graph(open_page):
-    """docs/images/dag_graph.png, shown by the README."""
+    """dag_graph.png in IMAGES, shown by the README."""
     from playwright.sync_api import expect
 
     page = open_page(f"/dags/{EXAMPLE_DAG_ID}", "viewer", width=1400, height=640)
@@ -323,6 +328,6 @@ def test_the_example_dags_graph(open_page):
     page.get_by_role("button", name="Fit View").click()
     page.wait_for_timeout(500)
     path = Path(IMAGES / "dag_graph.png")
-    IMAGES.mkdir(exist_ok=True)
+    IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path))
     assert path.stat().st_size > 10_000

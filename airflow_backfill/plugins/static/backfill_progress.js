@@ -325,10 +325,10 @@ function LagChart({ view }) {
 
 // ---- rounds and commits ----------------------------------------------------------------
 
-function RoundsTable({ rounds }) {
+function RoundsTable({ name, rounds }) {
   if (!rounds || !rounds.length) return null;
   return h(Section, { title: "Catch-up rounds" }, h(DataTable, {
-    rows: rounds,
+    rows: rounds, testId: `rounds-${name}`,
     columns: [
       { label: "Round", numeric: true, render: (r) => count(r.round) },
       { label: "Pending epochs at start", numeric: true, render: (r) => count(r.pending_epochs) },
@@ -337,6 +337,7 @@ function RoundsTable({ rounds }) {
       { label: "Took", numeric: true, render: (r) => duration(r.seconds) },
       { label: "Parallelism", numeric: true, render: (r) => count(r.parallelism) },
       { label: "Rate limit", numeric: true, render: (r) => rowsPerSecond(r.rate_limit) },
+      { label: "Plan", render: (r) => r.plan || "\u2014" },
     ],
   }));
 }
@@ -530,7 +531,7 @@ function JobBody({ view, onChanged }) {
     h(SnapshotProgress, { name, status }),
     h(CatchUpProgress, { name, status }),
     h(LagChart, { view }),
-    h(RoundsTable, { rounds: status.catch_up_rounds }),
+    h(RoundsTable, { name, rounds: status.catch_up_rounds }),
     h(CommitsTable, { name, commits: status.commits }),
     h(Controls, { view, onChanged }));
 }
