@@ -213,3 +213,31 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
     assert {"snapshot_overhead p2", "catch_up p2", "refresh p2", "scaling p1", "freshness p1"} <= set(memory)
     assert all(_numbers(peak["peak_rss_mib"]) and peak["peak_rss_mib"] > 100 for peak in memory.values())
     assert "snapshot overhead" in completed.stdout and "freshness" in completed.stdout
+
+
+def test_the_event_log_reader_accounts_for_jobs_and_the_gaps_between_them(tmp_path: Path) -> None:
+    from bench.event_log import read_events
+    from bench.event_log import report as event_report
+
+    events = [
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart", "executionId": 3,
+         "time": 1000, "description": "save at delta\nmore"},
+        {"Event": "SparkListenerJobStart", "Job ID": 7, "Submission Time": 1_010, "Stage Infos": [
+            {"Number of Tasks": 2}, {"Number of Tasks": 1}],
+         "Properties": {"spark.sql.execution.id": "3", "callSite.short": "save at NativeMethodAccessorImpl.java:0"}},
+        {"Event": "SparkListenerJobEnd", "Job ID": 7, "Completion Time": 1_510},
+        {"Event": "SparkListenerJobStart", "Job ID": 8, "Submission Time": 2_010, "Stage Infos": [],
+         "Properties": {"spark.job.description": "Delta: Compute snapshot"}},
+        {"Event": "SparkListenerJobEnd", "Job ID": 8, "Completion Time": 2_260},
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd", "executionId": 3, "time": 1600},
+    ]
+    path = tmp_path / "app-1"
+    path.write_text("\n".join(json.dumps(event) for event in events))
+    jobs, executions = read_events(path)
+    assert [job.seconds for job in jobs.values()] == [0.5, 0.25] and jobs[7].tasks == 3
+    text = event_report(jobs, executions, 0, 2**62)
+    assert "save at NativeMethodAccessorImpl.java:0  [save at delta]" in text
+    assert "Delta: Compute snapshot" in text
+    assert text.splitlines()[-1] == ("2 jobs over 1.250 s: jobs running 0.750 s, no job running 0.500 s "
+                                     "(driver: planning, Delta's log, Python)")
+    assert event_report(jobs, executions, 5_000, 6_000) == "no Spark job in the window"
