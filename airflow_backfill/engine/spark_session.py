@@ -68,6 +68,10 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         # Delta rebuilds a table's state (its file list) with a Spark job after each commit;
         # the default of 50 tasks is pure overhead for logs of this size.
         "spark.databricks.delta.snapshotPartitions": str(parallelism),
+        # On a host whose default time zone is not UTC, Delta checks the file list it keeps
+        # in each commit's checksum by rebuilding the table's state after every commit (a
+        # Spark job per commit); the engine reads and writes in UTC, which that check is for.
+        "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
