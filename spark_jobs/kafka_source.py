@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             if not sole:
                 log.info("kafka_source: stopped while another source job was ingesting %s", job.table)
                 return 0
+            if bound is not None and (reason := bound.reached()) is not None:
+                log.info("kafka_source: nothing to do: %s", reason)
+                return 0
             spark = build_spark_session(f"airflow_backfill:{job.name}:kafka_source", job.parallelism)
             try:
                 run_source_job(spark, job, poll_interval=args.poll_interval, max_rounds=args.max_rounds,

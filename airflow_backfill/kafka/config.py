@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_backfill.exceptions import BackfillConfigError, UnsupportedQueryError
+from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import normalize_table_uri, validate_parallelism, validate_rate_limit
 from airflow_backfill.kafka.connection import BOOTSTRAP
 
@@ -115,7 +115,8 @@ class KafkaBackfillJob:
     source_table: str
     """The source job's Delta table (it may not exist yet)."""
     query: str
-    """A stateless Spark SQL query over `source` (projection, deterministic expressions, WHERE)."""
+    """A Spark SQL query over `source`: per record (projection, deterministic expressions,
+    WHERE) or a GROUP BY aggregate (COUNT, SUM, AVG, MIN, MAX, HAVING)."""
     target: str
     """The MV's Delta table, created by the first backfill round."""
     backfill_parallelism: int = 2
@@ -145,31 +146,23 @@ class KafkaBackfillJob:
         """Refuse a query the source backfill cannot maintain. Not run when the declaration is
         built (DAG files build it, and parsing a DAG must not load the query parser), but by
         the job-file loader, the spark-submit entry points and the operators, before any write."""
-        validate_append_only_query(self.query)
+        validate_kafka_query(self.query)
 
     @property
     def app_id(self) -> str:
         return f"airflow_backfill/{self.name}"
 
 
-def validate_append_only_query(query: Any) -> str:
-    """Refuse what a per-record (append-only) MV cannot maintain: aggregates come on top of that."""
+def validate_kafka_query(query: Any) -> str:
+    """Refuse what a source backfill cannot maintain: per-record queries (projections,
+    deterministic expressions, WHERE) and GROUP BY aggregates are maintained."""
     if not isinstance(query, str) or not query.strip():
         raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
-    # sqlglot is imported here, not at module level: DAG files import this module, and
-    # parsing a DAG must not pay for the query parser.
-    from sqlglot import exp
+    # Imported here, not at module level: DAG files import this module, and parsing a
+    # DAG must not pay for the query parser.
+    from airflow_backfill.kafka.aggregate import aggregate_plan
 
-    from airflow_backfill.engine.planning.query import _parse_single_select, _refuse_unsupported_constructs
-
-    select = _parse_single_select(query)
-    _refuse_unsupported_constructs(select)
-    if select.args.get("group") is not None or any(isinstance(node, exp.AggFunc) for node in select.walk()):
-        raise UnsupportedQueryError(
-            "aggregates are not supported over a Kafka upstream yet: the source backfill maintains "
-            "per-record queries (projections, deterministic expressions, WHERE); aggregate the MV "
-            "with a second job whose source is this MV."
-        )
+    aggregate_plan(query)
     return query
 
 

@@ -5,7 +5,8 @@ run (only one of each at a time), and beside it keep `<table>/_airflow_backfill/
 fresh: pid, host, since when, last beat. A reader on another process or host (the backfill
 task deciding whether to start a source job, `kafka-status`, a source job waiting for its
 backfill) calls a process running while its last beat is recent; a killed process stops
-beating, so it reads as stopped within `STALE_AFTER_S` without anyone cleaning up.
+beating, so it reads as stopped within `STALE_AFTER_S` (at once on its own host, where its
+pid is checked) without anyone cleaning up.
 Reading needs no lock, so asking never disturbs the holder.
 """
 
@@ -68,7 +69,19 @@ def running(uri: str, role: str, stale_after: float = STALE_AFTER_S, now: float 
     except (ValueError, KeyError, TypeError):
         return None
     current = time.time() if now is None else now
-    return found if current - found.beat <= stale_after else None
+    if current - found.beat > stale_after or (found.host == socket.gethostname() and not _alive(found.pid)):
+        return None
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 @contextmanager

@@ -41,7 +41,7 @@ def topic_ranges(brokers: KafkaSettings, topic: str, timeout: float = 30.0) -> d
         )
     except KafkaError as error:
         raise UpstreamError(
-            f"cannot reach the Kafka brokers {bootstrap_servers} ({error}); check the brokers' address, settings and that they run."
+            f"cannot reach the Kafka brokers {bootstrap_servers} ({error}); check the brokers' address, the client settings (security.protocol, credentials) and that the brokers run."
         ) from None
     try:
         partitions = consumer.partitions_for_topic(topic)

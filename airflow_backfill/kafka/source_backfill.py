@@ -5,7 +5,9 @@ Each round moves every split (partition) one step along
 commit, the query over the records it took this round together with the new split
 states: records read straight from Kafka for `Backfilling` splits, and the source
 table's rows above a `Finished` split's offset (read as of one source version). The MV
-therefore always equals the query over every record at or below its split offsets.
+therefore always equals the query over every record at or below its split offsets. An
+aggregate's round folds the records into its per-group state first (kafka/aggregate.py),
+with the same split states in both commits.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.kafka import split_state
+from airflow_backfill.kafka.aggregate import aggregate_plan, commit_aggregate_round, recover_state_ahead
 from airflow_backfill.kafka.config import START_EARLIEST_AVAILABLE, KafkaBackfillJob
 from airflow_backfill.kafka.connection import broker_settings
 from airflow_backfill.kafka.delta_write import append_commit
@@ -146,14 +149,34 @@ def _source_rows(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan) ->
     return table.where(condition)
 
 
-def mv_rows(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, parallelism: int) -> DataFrame:
-    """The query over this round's records: Kafka reads of Backfilling splits plus source rows of Finished ones."""
+def round_records(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, parallelism: int) -> DataFrame:
+    """This round's records: Kafka reads of Backfilling splits plus source rows of Finished ones."""
     records = read_records(spark, job.upstream, plan.kafka_reads, parallelism)
     from_source = _source_rows(spark, job, plan)
     if from_source is not None:
         records = records.unionByName(from_source.select(*records.columns))
-    records.createOrReplaceTempView(SOURCE_VIEW)
+    return records
+
+
+def mv_rows(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, parallelism: int) -> DataFrame:
+    """The per-record query over this round's records."""
+    round_records(spark, job, plan, parallelism).createOrReplaceTempView(SOURCE_VIEW)
     return spark.sql(job.query)
+
+
+def commit_round(
+    spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, round_number: int, parallelism: int,
+) -> None:
+    """The round's MV commit (a per-record query), or its state and MV commits (an aggregate)."""
+    metadata = commit_metadata_for(plan, round_number)
+    if aggregate_plan(job.query) is None:
+        rows = mv_rows(spark, job, plan, parallelism)
+        maybe_crash(PHASE, "before_commit")
+        append_commit(rows, job.target, job.app_id, round_number, metadata)
+        return
+    records = round_records(spark, job, plan, parallelism)
+    maybe_crash(PHASE, "before_commit")
+    commit_aggregate_round(spark, job, records, round_number, metadata)
 
 
 def commit_metadata_for(plan: RoundPlan, round_number: int) -> dict[str, object]:
@@ -171,17 +194,17 @@ def run_backfill_round(spark: SparkSession, job: KafkaBackfillJob) -> BackfillRo
     settings = control.effective_settings(job)  # type: ignore[arg-type]  # reads only .target and the two knobs
     spark.conf.set("spark.sql.shuffle.partitions", str(settings.backfill_parallelism))
     position = backfill_position(job.target)
+    if aggregate_plan(job.query) is not None:
+        position = recover_state_ahead(spark, job, position)
     source = source_position(job.source_table)
     ranges = topic_ranges(broker_settings(job.upstream), job.upstream.topic)
     plan = plan_round(job, position, source, ranges, job.max_records_per_round)
     if table_exists(job.target) and not plan.changes(position.splits):
         return BackfillRound(position.round, position.splits, 0, committed=False, source=source)
     started = time.monotonic()
-    rows = mv_rows(spark, job, plan, settings.backfill_parallelism)
     round_number = position.round + 1
-    maybe_crash(PHASE, "before_commit")
     try:
-        append_commit(rows, job.target, job.app_id, round_number, commit_metadata_for(plan, round_number))
+        commit_round(spark, job, plan, round_number, settings.backfill_parallelism)
     except Exception as error:
         if "from_json" in str(error) or "MALFORMED_RECORD" in str(error):
             bad = first_undecodable(spark, job.upstream, plan.kafka_reads)

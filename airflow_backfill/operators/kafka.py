@@ -182,9 +182,9 @@ class SourceJobBeside:
 
     A thread watches the source job's heartbeat: after `grace` seconds without a running
     source job it starts one (`kafka_source.py --beside-backfill`, with the backfill task's
-    connection, settings and environment), and starts it again when it ends while the
-    backfill still runs (killed, or failed). Stopping waits for it to end by its bound
-    (every split Finished), then kills it.
+    connection, settings and environment), and starts it again at once when it fails
+    (killed, or an error) while the backfill runs. Stopping waits for it to end by its
+    bound (every split Finished), then kills it.
     """
 
     def __init__(self, backfill: KafkaSourceBackfillOperator, grace: float, poll_interval: float = 2.0) -> None:
@@ -219,20 +219,26 @@ class SourceJobBeside:
 
     def _run(self) -> None:
         absent_since: float | None = None
+        failed = False
         while not self._stop.wait(self.poll_interval):
-            if not self._needed():
-                absent_since = None
-                continue
-            absent_since = absent_since or time.monotonic()
-            if time.monotonic() - absent_since < self.grace:
-                continue
-            self.starts += 1
-            self.log.warning("no source job has been running for %.0f s beside the backfill: starting one "
-                             "(start %s)", time.monotonic() - absent_since, self.starts)
-            self._submit()
+            if failed:
+                self.starts += 1
+                self.log.warning("starting the source job beside the backfill again (start %s)", self.starts)
+            else:
+                if not self._needed():
+                    absent_since = None
+                    continue
+                absent_since = absent_since or time.monotonic()
+                if time.monotonic() - absent_since < self.grace:
+                    continue
+                self.starts += 1
+                self.log.warning("no source job has been running for %.0f s beside the backfill: starting one "
+                                 "(start %s)", time.monotonic() - absent_since, self.starts)
+            failed = not self._submit()
             absent_since = None
 
-    def _submit(self) -> None:
+    def _submit(self) -> bool:
+        """Run one source job to its end; False when it failed (killed, or an error)."""
         from airflow.sdk.exceptions import AirflowException
 
         operator = self.backfill
@@ -246,7 +252,8 @@ class SourceJobBeside:
         )
         try:
             self._hook.submit(entry_point("kafka_source"))
-            self.log.info("the source job beside the backfill stopped")
         except AirflowException as error:
-            self.log.warning("the source job beside the backfill ended with an error (%s); it is started "
-                             "again if the backfill still needs one", error)
+            self.log.warning("the source job beside the backfill failed (%s)", error)
+            return False
+        self.log.info("the source job beside the backfill stopped")
+        return True
