@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import signal
 import threading
@@ -25,13 +24,7 @@ def add_kafka_status(subparsers: Any) -> None:
     parser.set_defaults(run=run_kafka_status)
 
 
-def quiet_kafka_client() -> None:
-    """kafka-python logs every connection attempt; the commands report what went wrong themselves."""
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)
-
-
 def run_kafka_status(args: argparse.Namespace) -> int:
-    quiet_kafka_client()
     from airflow_backfill.kafka.config import load_kafka_pipeline
     from airflow_backfill.kafka.status import format_status, source_job_running, split_statuses
 
@@ -97,6 +90,7 @@ def add_kafka_demo(subparsers: Any) -> None:
 def run_kafka_demo(args: argparse.Namespace) -> int:
     from airflow_backfill.kafka.config import KafkaTopic
     from airflow_backfill.kafka.demo import DemoSettings, run_demo
+    from airflow_backfill.kafka.offsets import quiet_kafka_client
     from airflow_backfill.kafka.simulator import VALUE_SCHEMA
 
     quiet_kafka_client()

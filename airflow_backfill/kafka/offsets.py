@@ -26,11 +26,18 @@ class PartitionRange:
     end: int
 
 
+def quiet_kafka_client() -> None:
+    """kafka-python logs every failed connection attempt (several a second while a broker is
+    unreachable); the callers report a failure once, with what to check."""
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
 def topic_ranges(brokers: KafkaSettings, topic: str, timeout: float = 30.0) -> dict[int, PartitionRange]:
     """Every partition of `topic` with its `[earliest, end)` range; a clear error when the topic is missing."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
+    quiet_kafka_client()
     bootstrap_servers = brokers.bootstrap_servers
     try:
         consumer = KafkaConsumer(

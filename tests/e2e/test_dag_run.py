@@ -248,14 +248,14 @@ def run_kafka_dag(airflow: RunningAirflow, kafka_broker, tables: Path) -> None:
     headers = {"Authorization": f"Bearer {airflow.token}"}
     for connection in (
         {"connection_id": "spark_local", "conn_type": "spark", "host": "local", "extra": '{"deploy-mode": "client"}'},
-        {"connection_id": "kafka_default", "conn_type": "kafka",
+        {"connection_id": "kafka_scheduled", "conn_type": "kafka",
          "extra": f'{{"bootstrap.servers": "{kafka_broker.bootstrap_servers}"}}'},
     ):
         created = httpx.post(f"{airflow.url}/api/v2/connections", json=connection, headers=headers, timeout=30)
         assert created.status_code == 201, created.text
     simulator = KafkaSimulator(kafka_broker.bootstrap_servers, "scheduled-orders")
     pipeline = KafkaPipeline.from_mapping({
-        "upstream": {"kafka_conn_id": "kafka_default", "topic": simulator.topic, "value_schema": VALUE_SCHEMA},
+        "upstream": {"kafka_conn_id": "kafka_scheduled", "topic": simulator.topic, "value_schema": VALUE_SCHEMA},
         "source_job": {"name": "scheduled_orders_source", "table": str(tables / "orders")},
         "backfill": {"name": "scheduled_kafka_orders_mv", "query": QUERY, "target": str(tables / "mv"),
                      "backfill_parallelism": 1},
