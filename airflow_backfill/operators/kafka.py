@@ -45,8 +45,7 @@ class _KafkaOperator(SparkSubmitOperator):
     def prepare(self) -> None:
         """Arguments, Spark settings and environment of this task's spark-submit."""
         self.pipeline.backfill.check_query()  # a clear error before spark-submit writes anything
-        encoded = base64.b64encode(json.dumps(self.pipeline.to_mapping()).encode()).decode()
-        self.application_args = ["--job-b64", encoded, *self.entry_arguments()]
+        self.application_args = ["--job-b64", self.encoded_pipeline(), *self.entry_arguments()]
         master = spark_master(self.spark_conn_id)
         # On a cluster each application takes at most its parallelism's cores, so a source
         # job and a backfill running side by side never wait for each other's executors.
@@ -55,6 +54,11 @@ class _KafkaOperator(SparkSubmitOperator):
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         self.env_vars = {**(self.env_vars or {}), **self.broker_environment(master)}
         self._hook = None  # built from the arguments above
+
+    def encoded_pipeline(self) -> str:
+        """The pipeline as the entry points take it (`--job-b64`): it names the brokers'
+        connection, never its settings."""
+        return base64.b64encode(json.dumps(self.pipeline.to_mapping()).encode()).decode()
 
     def broker_environment(self, master: str) -> dict[str, str]:
         """The brokers' connection for the driver, as an environment variable (never `--conf`)."""
@@ -242,8 +246,7 @@ class SourceJobBeside:
         from airflow.sdk.exceptions import AirflowException
 
         operator = self.backfill
-        encoded = base64.b64encode(json.dumps(operator.pipeline.to_mapping()).encode()).decode()
-        arguments = ["--job-b64", encoded, "--beside-backfill",
+        arguments = ["--job-b64", operator.encoded_pipeline(), "--beside-backfill",
                      "--backfill-grace", str(max(60.0, 4 * self.grace))]
         self._hook = SparkSubmitHook(
             conf=operator.conf, conn_id=operator.spark_conn_id, name=f"airflow_backfill-{operator.pipeline.source_job.name}"

@@ -65,3 +65,35 @@ def test_kafka_example_dag_imports(monkeypatch, tmp_path):
     assert bag.import_errors == {}
     dag = bag.get_dag("example_kafka_orders_mv")
     assert dag.get_task("kafka_orders_mv.source_job").pipeline.source_job.upstream.kafka_conn_id == "kafka_default"
+
+
+def test_the_backfill_task_starts_a_source_job_after_the_grace_and_again_at_once_when_it_fails(tmp_path):
+    import time
+
+    from airflow_backfill.operators.kafka import KafkaSourceBackfillOperator, SourceJobBeside
+
+    with DAG(dag_id="kafka_companion", schedule=None):
+        operator = KafkaSourceBackfillOperator(task_id="b", pipeline=_pipeline(tmp_path), start_source_job=True)
+    companion = SourceJobBeside(operator, grace=0.3, poll_interval=0.01)
+    other_source_job = [False]
+    started: list[float] = []
+    outcomes = [False, True]  # the first is killed, the second ends by its bound
+
+    def submit() -> bool:
+        started.append(time.monotonic())
+        ok = outcomes.pop(0)
+        other_source_job[0] = ok  # after that one ended, a source job task runs: no third start
+        return ok
+
+    companion._needed = lambda: not other_source_job[0]  # type: ignore[method-assign]
+    companion._submit = submit  # type: ignore[method-assign]
+    began = time.monotonic()
+    companion.start()
+    deadline = time.monotonic() + 10
+    while len(started) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)
+    companion.stop(wait=5)
+    assert len(started) == 2 and companion.starts == 2
+    assert started[0] - began >= 0.3          # only once no source job ran for the grace
+    assert started[1] - started[0] < 0.3      # a failed one is started again at once
