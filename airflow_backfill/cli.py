@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
-from airflow_backfill.kafka.cli import add_kafka_status
+from airflow_backfill.kafka.cli import add_kafka_demo, add_kafka_status
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.control import BackfillSettings
@@ -390,6 +390,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_alter,
     _add_maintain,
     add_kafka_status,
+    add_kafka_demo,
     _add_verify,
 )
 
