@@ -19,10 +19,11 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_backfill.engine.aggregates.apply import _commit_round, _touched_groups
+from airflow_backfill.engine.aggregates.apply import commit_round, touched_groups
 from airflow_backfill.engine.aggregates.state import discard_state, read_state, state_uri
 from airflow_backfill.engine.aggregates.view import analyse, cast_to, mv_changes, value_types, visible_rows
-from airflow_backfill.engine.delta.commits import CommitInfo, append, commit_watermark_only, merge_keyed
+from airflow_backfill.engine.delta.commits import CommitInfo, append, commit_watermark_only
+from airflow_backfill.engine.delta.keyed_writes import write_keyed
 from airflow_backfill.engine.delta.log import METADATA_PREFIX, load_table, table_exists
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.planning import aggregate_sql as sql
@@ -70,7 +71,7 @@ class RoundCommit(CommitInfo):
 
 
 def _as_job(job: KafkaBackfillJob) -> BackfillJob:
-    """The engine's aggregate steps read only `target` and `app_id` of a job."""
+    """The engine's aggregate steps read only `target`, `app_id` and `round_plan` of a job."""
     return cast("BackfillJob", job)
 
 
@@ -112,7 +113,7 @@ def recover_state_ahead(spark: SparkSession, job: KafkaBackfillJob, position: Ba
     new_rows = visible_rows(spark, plan.aggregate, state, value_types(spark, plan.aggregate, records), old_rows.schema)
     info = RoundCommit(phase=PHASE, epoch=state_round, parallelism=1, rows=0,
                        extra={"recovered_from_state": "true"}, kafka=state_metadata)
-    merge_keyed(spark, job.target, mv_changes(old_rows, new_rows, plan.mv_key), plan.mv_key, app_id=job.app_id,
+    write_keyed(spark, job.target, mv_changes(old_rows, new_rows, plan.mv_key), plan.mv_key, app_id=job.app_id,
                 version=state_round, user_metadata=info.user_metadata(job), null_safe=True)
     return backfill_position(job.target)
 
@@ -143,12 +144,12 @@ def commit_aggregate_round(
         return
     signed = records.selectExpr("*", f"1 AS {sql.SIGN}")
     state = read_state(spark, _as_job(job), [*sql.key_columns(plan.aggregate), *sql.state_value_columns(plan.aggregate)])
-    rows = _touched_groups(spark, _as_job(job), plan.aggregate, signed, state, records.schema, round_number).cache()
+    rows = touched_groups(spark, _as_job(job), plan.aggregate, signed, state, records.schema, round_number).cache()
     try:
         if rows.isEmpty():  # no record passed WHERE: the split states move all the same
             _commit_split_states_only(spark, job, state.schema, info)
             return
-        _commit_round(spark, _as_job(job), plan, plan.aggregate, rows, info)
+        commit_round(spark, _as_job(job), plan, plan.aggregate, rows, info, recompute_at=None)
     finally:
         rows.unpersist()
 

@@ -142,6 +142,13 @@ class KafkaBackfillJob:
         if not isinstance(self.query, str) or not self.query.strip():
             raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
 
+    @property
+    def round_plan(self) -> str:
+        """How an aggregate round writes its state and MV: always incrementally, each table
+        its cheapest way. A topic's records are read once, so there is nothing to recompute
+        the MV from."""
+        return "incremental"
+
     def check_query(self) -> None:
         """Refuse a query the source backfill cannot maintain. Not run when the declaration is
         built (DAG files build it, and parsing a DAG must not load the query parser), but by

@@ -122,22 +122,26 @@ def apply_aggregate_changes(
             _commit_watermarks_only(spark, job, state.schema, info)
             return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
         upstream = _upstream_columns(feed)
-        rows = _touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
+        rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
         try:
             return (change_rows,
-                    *_commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows)))
+                    *commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows),
+                                  recompute_at=info.epoch))
         finally:
             rows.unpersist()
     finally:
         signed.unpersist()
 
 
-def _commit_round(
+def commit_round(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, aggregate: AggregateQuery, rows: DataFrame,
-    info: CommitInfo,
+    info: CommitInfo, *, recompute_at: int | None,
 ) -> tuple[int, RoundPlan]:
-    """Write the state changes, then the MV changes, of one round, each the cheapest way;
-    or recompute both when that is cheaper. Returns (MV rows changed, the plan)."""
+    """Write the state changes, then the MV changes, of one round (`rows`: per touched group
+    its new state and MV change, `touched_groups`), each the cheapest way; or recompute
+    both from the upstream as of `recompute_at` when that is cheaper (None: the upstream
+    cannot be read whole, as a Kafka topic's records cannot). Returns (MV rows changed,
+    the plan)."""
     from pyspark.sql import functions as F
 
     if not rows.filter(F.col(sql.ROWS) < 0).limit(1).isEmpty():
@@ -151,8 +155,11 @@ def _commit_round(
     try:
         rates = rates_at(info.parallelism)
         state_ways, mv_ways = state.estimates(rates), mv.estimates(rates)
-        estimates = aggregate_round_estimates(
-            info.rows, state_ways, mv_ways, table_rows(job.source, info.epoch), state.facts.rows, mv.facts.rows, rates)
+        upstream = table_rows(job.source, recompute_at) if recompute_at is not None else 0
+        estimates = aggregate_round_estimates(info.rows, state_ways, mv_ways, upstream, state.facts.rows,
+                                              mv.facts.rows, rates)
+        if recompute_at is None:
+            estimates.pop(RECOMPUTE)
         chosen = plan_round(job, estimates, f"{info.rows} change rows, {state.changed.rows} groups touched of "
                                             f"{state.facts.rows}, {mv.facts.rows} MV rows")
         if chosen.plan == RECOMPUTE:
@@ -214,7 +221,7 @@ def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, state: Struct
     maybe_crash(info.phase, "after_commit")
 
 
-def _touched_groups(
+def touched_groups(
     spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, signed: DataFrame, state: DataFrame,
     upstream: StructType, end_version: int,
 ) -> DataFrame:
@@ -271,7 +278,7 @@ def _state_changes(aggregate: AggregateQuery, rows: DataFrame) -> DataFrame:
 
 
 def _mv_row_changes(spark: SparkSession, job: BackfillJob, rows: DataFrame) -> DataFrame:
-    """The MV rows to upsert or delete, named as the MV (merge_keyed casts them to its types)."""
+    """The MV rows to upsert or delete, named as the MV (the write casts them to its types)."""
     from pyspark.sql import functions as F
 
     mv = spark.read.format("delta").load(job.target).schema
