@@ -13,13 +13,14 @@ from deltalake import DeltaTable
 
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, TABLE_PROPERTIES
 from airflow_backfill.engine.delta.keyed_writes import cheapest_way, prepare, write, write_keyed
-from airflow_backfill.engine.planning.round_plan import APPEND, MERGE, OVERWRITE, REPLACE, Rates
+from airflow_backfill.engine.planning.round_plan import APPEND, DELETE, MERGE, OVERWRITE, REPLACE, Rates
 
 pytestmark = pytest.mark.spark
 
 APP = "airflow_backfill/test"
-WAYS = (REPLACE, MERGE, OVERWRITE)
-"""The ways that apply any keyed changes (append only takes keys above the table's)."""
+WAYS = (MERGE, OVERWRITE)
+"""The ways that apply any keyed changes (append only takes keys above the table's,
+replace only changes that all have a new row, delete only changes that all delete)."""
 
 
 def create(spark, uri: str, rows: list[tuple], schema: str, **properties: str) -> None:
@@ -66,19 +67,35 @@ def netted_feed(spark, uri: str, version: int, key: tuple[str, ...] = ("k",)) ->
     return {k: after.get(k) for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
-@pytest.mark.parametrize("way", WAYS)
-def test_every_way_leaves_the_same_rows_watermark_and_netted_feed(spark, tmp_path, way):
+UPSERTS = [(5, "five", True), (20, "twenty", True), (6, "v6", True)]
+DELETES = [(3, None, None), (99, None, None)]
+CASES = {
+    "mixed": (UPSERTS + DELETES, (MERGE, OVERWRITE)),
+    "upserts": (UPSERTS, (REPLACE, MERGE, OVERWRITE)),
+    "deletes": (DELETES, (DELETE, MERGE, OVERWRITE)),
+}
+"""Changes of each kind and the ways that apply them (a replace needs every change to have a
+new row, a delete every change to leave)."""
+
+
+@pytest.mark.parametrize(("kind", "way"), [(kind, way) for kind, (_, ways) in CASES.items() for way in ways])
+def test_every_way_leaves_the_same_rows_watermark_and_netted_feed(spark, tmp_path, kind, way):
     uri = str(tmp_path / "mv")
     create(spark, uri, [(k, f"v{k}") for k in range(1, 11)], "k int, v string")
+    rows = CASES[kind][0]
 
-    frame = changes(spark, [(5, "five", True), (3, None, None), (20, "twenty", True), (6, "v6", True),
-                            (99, None, None)], "k int, v string")
-    assert write_as(spark, way, uri, frame, version=1) == 5
+    assert write_as(spark, way, uri, changes(spark, rows, "k int, v string"), version=1) == len(rows)
 
-    expected = {k: f"v{k}" for k in range(1, 11) if k != 3} | {5: "five", 20: "twenty"}
+    expected = {k: f"v{k}" for k in range(1, 11)}
+    for key, value, present in rows:
+        if present:
+            expected[key] = value
+        else:
+            expected.pop(key, None)
     assert rows_of(spark, uri) == sorted(expected.items())
     assert DeltaTable(uri).transaction_version(APP) == 1
-    assert netted_feed(spark, uri, 1) == {(3,): None, (5,): (5, "five"), (20,): (20, "twenty")}
+    changed = {(k,): (None if not present else (k, v)) for k, v, present in rows if (k, v) != (6, "v6") and k != 99}
+    assert netted_feed(spark, uri, 1) == changed
     # The same version again changes nothing: the watermark tells.
     assert write_as(spark, way, uri, changes(spark, [(1, None, None)], "k int, v string"), version=1) == 0
     assert len(rows_of(spark, uri)) == len(expected)
@@ -103,37 +120,40 @@ def test_a_round_of_new_keys_above_the_table_is_an_append_and_the_cheapest_way(s
     assert netted_feed(spark, uri, 1) == {(11,): (11, "new"), (12,): (12, "new")}
 
 
-@pytest.mark.parametrize("way", WAYS)
-def test_null_keys_match_null_safely(spark, tmp_path, way):
+@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE)])
+def test_null_keys_match_null_safely(spark, tmp_path, ways):
     uri = str(tmp_path / "state")
     create(spark, uri, [(None, 1), (1, 1), (2, 1)], "k int, n long")
+    upserting, deleting = ways
 
-    write_as(spark, way, uri, changes(spark, [(None, 5, True), (9, 1, True)], "k int, n long"), version=1,
+    write_as(spark, upserting, uri, changes(spark, [(None, 5, True), (9, 1, True)], "k int, n long"), version=1,
              null_safe=True)
     assert rows_of(spark, uri) == [(None, 5), (1, 1), (2, 1), (9, 1)]
-    write_as(spark, way, uri, changes(spark, [(None, None, None), (2, 7, True)], "k int, n long"), version=2,
-             null_safe=True)
-    assert rows_of(spark, uri) == [(1, 1), (2, 7), (9, 1)]
-    assert netted_feed(spark, uri, 2) == {(None,): None, (2,): (2, 7)}
+    write_as(spark, deleting, uri, changes(spark, [(None, None, None), (2, None, None)], "k int, n long"),
+             version=2, null_safe=True)
+    assert rows_of(spark, uri) == [(1, 1), (9, 1)]
+    assert netted_feed(spark, uri, 2) == {(None,): None, (2,): None}
 
 
-@pytest.mark.parametrize("way", WAYS)
-def test_composite_date_and_string_keys(spark, tmp_path, way):
+@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE)])
+def test_composite_date_and_string_keys(spark, tmp_path, ways):
     uri = str(tmp_path / "mv")
     day = datetime.date(2024, 1, 1)
     schema = "d date, name string, x int"
     create(spark, uri, [(day, "a'b", 1), (day, "c\\d", 2), (day + datetime.timedelta(1), "a'b", 3)], schema)
+    upserting, deleting = ways
 
-    frame = changes(spark, [(day, "c\\d", 20, True), (day + datetime.timedelta(1), "a'b", None, None),
-                            (day, "new", 4, True)], schema)
-    write_as(spark, way, uri, frame, version=1, key=("d", "name"))
+    write_as(spark, upserting, uri, changes(spark, [(day, "c\\d", 20, True), (day, "new", 4, True)], schema),
+             version=1, key=("d", "name"))
+    write_as(spark, deleting, uri, changes(spark, [(day + datetime.timedelta(1), "a'b", None, None)], schema),
+             version=2, key=("d", "name"))
 
     assert rows_of(spark, uri) == [(day, "a'b", 1), (day, "c\\d", 20), (day, "new", 4)]
-    assert netted_feed(spark, uri, 1, ("d", "name")) == {
-        (day, "c\\d"): (day, "c\\d", 20), (day + datetime.timedelta(1), "a'b"): None, (day, "new"): (day, "new", 4)}
+    assert netted_feed(spark, uri, 1, ("d", "name")) == {(day, "c\\d"): (day, "c\\d", 20), (day, "new"): (day, "new", 4)}
+    assert netted_feed(spark, uri, 2, ("d", "name")) == {(day + datetime.timedelta(1), "a'b"): None}
 
 
-@pytest.mark.parametrize("way", WAYS)
+@pytest.mark.parametrize("way", (REPLACE, MERGE, OVERWRITE))
 def test_a_key_that_arrives_while_the_table_holds_it_is_refused_and_nothing_is_written(spark, tmp_path, way):
     uri = str(tmp_path / "mv")
     create(spark, uri, [(k, f"v{k}") for k in range(1, 6)], "k long, v string")
@@ -149,20 +169,25 @@ def test_a_key_that_arrives_while_the_table_holds_it_is_refused_and_nothing_is_w
     assert rows_of(spark, uri) == [(1, "v1"), (2, "two"), (3, "v3"), (4, "v4"), (5, "v5"), (7, "seven")]
 
 
-def test_a_small_table_is_overwritten_and_a_large_one_with_few_keys_replaced(spark, tmp_path):
+def test_a_small_table_is_overwritten_and_a_large_one_replaced_or_deleted_from(spark, tmp_path):
     uri = str(tmp_path / "mv")
     create(spark, uri, [(k, k) for k in range(1, 101)], "k long, v long")
     frame = changes(spark, [(50, 0, True)], "k long, v long")
+    # The same changes against a table a hundred thousand times larger (its rows costlier to read).
+    larger = Rates(per_read_row=Rates().per_read_row * 100_000)
 
     prepared = prepare(spark, uri, frame, ("k",), null_safe=False)
     try:
         assert prepared.facts.rows == 100
         assert cheapest_way(prepared, Rates()) == OVERWRITE
-        # The same changes against a table a thousand times larger: replace the one key.
-        larger = Rates(per_read_row=Rates().per_read_row * 100_000)
         assert cheapest_way(prepared, larger) == REPLACE
     finally:
         prepared.release()
+    deleted = prepare(spark, uri, changes(spark, [(7, None, None)], "k long, v long"), ("k",), null_safe=False)
+    try:
+        assert cheapest_way(deleted, larger) == DELETE
+    finally:
+        deleted.release()
     write_keyed(spark, uri, frame, ("k",), app_id=APP, version=1, user_metadata="{}", null_safe=False)
     assert rows_of(spark, uri)[49] == (50, 0)
 

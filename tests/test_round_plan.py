@@ -10,6 +10,7 @@ import pytest
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
     AUTO,
+    DELETE,
     INCREMENTAL,
     MERGE,
     OVERWRITE,
@@ -32,10 +33,12 @@ MV_ROWS = 6_000_000
 """A stateless MV over TPC-H lineitem at scale factor 1."""
 
 
-def facts(changed_keys: int, touched: int, *, new_keys_only: bool = False, literal: bool = True) -> RoundFacts:
-    return RoundFacts(change_rows=2 * changed_keys, changed_keys=changed_keys, present_rows=changed_keys // 2,
+def facts(changed_keys: int, touched: int, *, kept: float = 1.0, new_keys_only: bool = False) -> RoundFacts:
+    """A round changing `changed_keys` keys, `kept` of which still have a row afterwards."""
+    return RoundFacts(change_rows=2 * changed_keys, changed_keys=changed_keys,
+                      present_rows=int(changed_keys * kept),
                       table=TableFacts(rows=MV_ROWS, touched_rows=touched, new_keys_only=new_keys_only),
-                      upstream_rows=MV_ROWS, literal_keys=literal)
+                      upstream_rows=MV_ROWS)
 
 
 def cheapest(round_facts: RoundFacts, requested: str = AUTO, fixes: dict[str, float] | None = None) -> str:
@@ -47,22 +50,23 @@ def test_the_job_field_and_the_planner_offer_the_same_choices():
 
 
 def test_the_plan_follows_the_size_and_spread_of_the_change():
-    assert cheapest(facts(12_000, MV_ROWS)) == REPLACE  # a refresh pair scattered over the MV
+    assert cheapest(facts(12_000, MV_ROWS)) == REPLACE  # updates scattered over the MV
+    assert cheapest(facts(6_000, MV_ROWS, kept=0)) == DELETE  # the line items of deleted orders
     assert cheapest(facts(1, 6_000)) == REPLACE  # one row, its key range in one file
     assert cheapest(facts(12_000, 0, new_keys_only=True)) == APPEND
-    assert cheapest(facts(1_200_000, MV_ROWS, literal=False)) in (RECOMPUTE, OVERWRITE)  # 10 %: all rewritten
-    # Too many keys to spell out, clustered in a few files: a merge of those files.
-    assert cheapest(facts(300_000, 400_000, literal=False)) == MERGE
+    assert cheapest(facts(1_200_000, MV_ROWS)) in (RECOMPUTE, OVERWRITE)  # 10 % of the rows: all rewritten
+    # Updates and deletes together, clustered in a few files: a merge of those files.
+    assert cheapest(facts(30_000, 400_000, kept=0.5)) == MERGE
 
 
 def test_a_small_table_is_overwritten():
     small = RoundFacts(change_rows=10, changed_keys=5, present_rows=5, table=TableFacts(rows=200, touched_rows=200),
-                       upstream_rows=10_000, literal_keys=True)
+                       upstream_rows=10_000)
     assert cheapest(small) == OVERWRITE
 
 
 def test_round_plan_pins_the_choice():
-    big = facts(1_200_000, MV_ROWS, literal=False)
+    big = facts(1_200_000, MV_ROWS)
     assert cheapest(big, INCREMENTAL) != RECOMPUTE
     assert cheapest(facts(1, 6_000), RECOMPUTE) == RECOMPUTE
     with pytest.raises(ValueError, match="round_plan must be one of"):

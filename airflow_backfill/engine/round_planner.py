@@ -118,10 +118,8 @@ def record_round(job: BackfillJob, plan: RoundPlan, seconds: float, epoch: int) 
 
 def stateless_facts(prepared: PreparedChanges, change_rows: int, rows_upstream: int, verify: bool) -> RoundFacts:
     """A stateless round's facts from its prepared MV changes."""
-    from airflow_backfill.engine.delta.keyed_writes import key_predicate_possible
-
     return RoundFacts(
         change_rows=change_rows, changed_keys=prepared.changed.rows or 0,
         present_rows=prepared.changed.present_rows, table=prepared.facts, upstream_rows=rows_upstream,
-        literal_keys=key_predicate_possible(prepared), feed_needed_for_recompute=verify,
+        feed_needed_for_recompute=verify,
     )

@@ -55,7 +55,7 @@ as JSON (`planning/round_plan.RoundPlan.to_json`)."""
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-_REPLACE_WHERE_CHECK = "spark.databricks.delta.replaceWhere.constraintCheck.enabled"
+_EXISTS_IN_DELETE = "spark.databricks.delta.delete.allowExistsSubquery"
 
 
 @dataclass(frozen=True)
@@ -202,25 +202,47 @@ def merge_changes(
     return int(metrics[0]["num_affected_rows"]) if metrics and "num_affected_rows" in metrics[0] else 0
 
 
-def replace_where(frame: DataFrame, uri: str, predicate: str, *, app_id: str, version: int,
-                  user_metadata: str) -> None:
-    """Delete the table's rows that meet `predicate` and append `frame`, in one commit.
+def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], *, app_id: str, version: int,
+                 user_metadata: str, null_safe: bool) -> None:
+    """Replace the table's rows of the keys `frame` holds with `frame`'s rows, in one commit.
 
-    Delta's `replaceWhere` on data columns runs a DELETE with the literal predicate
-    (deletion vectors, file skipping on its literal bounds) and the append in one
-    transaction, and records the replaced rows in the change feed. Its check that every
-    appended row meets the predicate is off: appended rows of keys above the table's
-    largest key are left out of the predicate on purpose.
+    Delta's `replaceOn` deletes the rows for which a row of `frame` has the same key (a
+    semi-join, broadcast when `frame` is small, marking the rows in deletion vectors) and
+    appends `frame`, in one transaction; the change feed shows the replaced rows and the
+    new ones. A plain DataFrame writer option, so the app transaction travels with it.
     """
-    spark = frame.sparkSession
     ensure_held(uri)
-    spark.conf.set(_REPLACE_WHERE_CHECK, "false")
+    equal = "<=>" if null_safe else "="
+    condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
+    (frame.alias("s").write.format("delta").mode("overwrite").option("replaceOn", condition)
+     .option("targetAlias", "t").option("txnAppId", app_id).option("txnVersion", str(version))
+     .option("userMetadata", user_metadata).save(uri))
+
+
+def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
+                user_metadata: str, null_safe: bool) -> None:
+    """Delete the table's rows whose key `keys` holds, in one commit (deletion vectors).
+
+    A DELETE whose condition is an EXISTS over `keys` (a semi-join, broadcast when `keys` is
+    small), behind `bound`, a condition on the table alone that Delta skips files with.
+    """
+    spark = keys.sparkSession
+    ensure_held(uri)
+    view = "__airflow_backfill_deleted_keys"
+    keys.createOrReplaceTempView(view)
+    equal = "<=>" if null_safe else "="
+    matched = " AND ".join(f"k.{_quote(column)} {equal} t.{_quote(column)}" for column in key)
+    condition = f"EXISTS (SELECT 1 FROM {view} k WHERE {matched})"
+    if bound is not None:
+        condition = f"{bound} AND {condition}"
+    path = uri.replace("`", "``")
+    spark.conf.set(_EXISTS_IN_DELETE, "true")
     try:
-        (frame.write.format("delta").mode("overwrite").option("replaceWhere", predicate)
-         .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
-         .save(uri))
+        with session_transaction(spark, app_id, version, user_metadata):
+            spark.sql(f"DELETE FROM delta.`{path}` t WHERE {condition}")
     finally:
-        spark.conf.unset(_REPLACE_WHERE_CHECK)
+        spark.conf.unset(_EXISTS_IN_DELETE)
+        spark.catalog.dropTempView(view)
 
 
 def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:

@@ -1,12 +1,15 @@
 """Write keyed changes into a Delta table in one commit with the watermark, the cheapest way.
 
 Keyed changes hold at most one row per key: the key's new row (`__present` true) or its
-departure (`__present` null). Four ways apply them (`planning/round_plan.py` estimates
-each): an append (every key new, above the table's largest), a replace (a DELETE of the
-changed keys by a literal predicate plus an append: Delta's `replaceWhere`), a MERGE, or
-an overwrite of the whole table (small tables). `prepare` holds the changes in memory and
-reads what the estimates need: the keys' range (one small job over the changes) and the
-table's rows within it (its files' statistics, no data read). `write` applies them.
+departure (`__present` null). Five ways apply them (`planning/round_plan.py` estimates
+each): an append (every key new, above the table's largest); a replace when every change
+has a new row (the table's rows of the changed keys deleted by a semi-join with the
+changes, deletion vectors, and the new rows appended, in one commit: Delta's
+`replaceOn`); a delete when every change deletes its key (Delta's DELETE by the same
+semi-join); a MERGE (any changes); an overwrite of the whole table (small tables).
+`prepare` holds the changes in memory and reads what the estimates need: the keys' range
+and counts (one small job over the changes) and the table's rows within the range (its
+files' statistics, no data read). `write` applies them.
 
 A change with `__arrived` (the upstream's rows with the key grew by one over the range)
 must not meet a row the table holds: the upstream would then hold the key twice. MERGE
@@ -27,12 +30,12 @@ from airflow_backfill.engine.delta.commits import (
     PRESENT,
     append_new,
     conform,
+    delete_keys,
     merge_changes,
     overwrite,
     repeated_key_error,
-    replace_where,
+    replace_keys,
 )
-from airflow_backfill.engine.delta.key_predicate import key_predicate, quote
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
     KeyRange,
@@ -45,6 +48,7 @@ from airflow_backfill.engine.delta.key_range import (
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
+    DELETE,
     MERGE,
     OVERWRITE,
     REPLACE,
@@ -83,9 +87,8 @@ class PreparedChanges:
         return ARRIVED in self.frame.columns
 
     def estimates(self, rates: Rates) -> dict[str, float]:
-        """Seconds each way would take (replace only when the keys can be spelled out)."""
-        literal = self.changed.rows is not None and key_predicate_possible(self)
-        return write_estimates(self.facts, self.changed.rows or 0, self.changed.present_rows, literal, rates)
+        """Seconds each way that can apply these changes would take."""
+        return write_estimates(self.facts, self.changed.rows or 0, self.changed.present_rows, rates)
 
     def release(self) -> None:
         self.frame.unpersist()
@@ -106,20 +109,13 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version)
 
 
-def key_predicate_possible(prepared: PreparedChanges) -> bool:
-    """Whether the keys a replace must delete fit a literal predicate (count and types)."""
-    from airflow_backfill.engine.delta.key_predicate import MAX_LITERAL_KEYS, renderable
-
-    schema = prepared.frame.schema
-    types = [next(f.dataType for f in schema.fields if f.name.lower() == k.lower()) for k in prepared.key]
-    return (prepared.changed.rows or 0) <= MAX_LITERAL_KEYS and all(renderable(t) for t in types)
-
-
 def write(
     spark: SparkSession, prepared: PreparedChanges, way: str, *, app_id: str, version: int, user_metadata: str,
 ) -> int:
     """Apply the prepared changes the `way` given, moving the watermark, in one commit.
     Returns the changed keys written (0 when the table already has transaction `version`)."""
+    from pyspark.sql import functions as F
+
     ensure_held(prepared.uri)
     if (load_table(prepared.uri).transaction_version(app_id) or -1) >= version:
         return 0  # applied already: Delta would skip the write
@@ -137,10 +133,12 @@ def write(
     if way == APPEND:
         append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
-        predicate = _replaced_keys_predicate(prepared)
-        if predicate is None:
-            raise ValueError(f"the changed keys of {prepared.uri} cannot be spelled as literals: no replace")
-        replace_where(new_rows, prepared.uri, predicate, app_id=app_id, version=version, user_metadata=user_metadata)
+        replace_keys(new_rows, prepared.uri, prepared.key, app_id=app_id, version=version,
+                     user_metadata=user_metadata, null_safe=prepared.null_safe)
+    elif way == DELETE:
+        keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
+        delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared), app_id=app_id, version=version,
+                    user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == OVERWRITE:
         overwrite(_rows_after(spark, prepared, new_rows), prepared.uri, app_id=app_id, version=version,
                   user_metadata=user_metadata)
@@ -150,17 +148,18 @@ def write(
     return rows
 
 
-def _replaced_keys_predicate(prepared: PreparedChanges) -> str | None:
-    """The literal predicate of the changed keys the table may hold: those at or below its
-    largest key (keys above it are only appended)."""
-    from pyspark.sql import functions as F
+def quote(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
 
-    keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
-    if prepared.table_max is EMPTY:
-        return "false"
-    if prepared.table_max is not None and not prepared.changed.has_nulls:
-        keys = keys.filter(F.col(quote(prepared.key[0])) <= F.lit(prepared.table_max).cast(prepared.leading.dataType))
-    return key_predicate(keys.toArrow(), prepared.key, prepared.frame.schema)
+
+def _bound_sql(prepared: PreparedChanges) -> str | None:
+    """A condition on the table alone that holds for every row a change can meet: the changes'
+    leading key range as literals, which Delta skips files with (None when not boundable)."""
+    changed = prepared.changed
+    if not boundable(prepared.leading.dataType) or changed.has_nulls or changed.low is None:
+        return None
+    column, kind = quote(prepared.leading.name), prepared.leading.dataType.simpleString().upper()
+    return f"{column} BETWEEN CAST('{changed.low}' AS {kind}) AND CAST('{changed.high}' AS {kind})"
 
 
 def _rows_after(spark: SparkSession, prepared: PreparedChanges, new_rows: DataFrame) -> DataFrame:

@@ -6,9 +6,10 @@ jobs they take:
 
 - `append`: every changed key is new and above the table's largest key (new orders):
   one write, nothing read;
-- `replace`: the rows of the changed keys are deleted by a literal key predicate
-  (deletion vectors, only the files within the keys' range read, key columns only) and
-  the new rows appended (Delta's `replaceWhere`); for up to a bounded number of keys;
+- `replace`: every change has a new row (updates, inserts): the table's rows of those
+  keys are deleted by a semi-join with them (deletion vectors, key columns read) and the
+  new rows appended, one commit (Delta's `replaceOn`);
+- `delete`: every change deletes its key: a DELETE by the same semi-join;
 - `merge`: Delta's MERGE of the keyed changes: any number of keys, but dozens of small
   jobs and a shuffle of every touched file;
 - `overwrite`: the whole table written anew (its rows outside the changed keys plus the
@@ -31,8 +32,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-APPEND, REPLACE, MERGE, OVERWRITE, RECOMPUTE = "append", "replace", "merge", "overwrite", "recompute"
-WRITES = (APPEND, REPLACE, MERGE, OVERWRITE)
+APPEND, REPLACE, DELETE, MERGE, OVERWRITE, RECOMPUTE = (
+    "append", "replace", "delete", "merge", "overwrite", "recompute")
+WRITES = (APPEND, REPLACE, DELETE, MERGE, OVERWRITE)
 """The ways to write keyed changes into one table (the MV, or an aggregate's state)."""
 
 WATERMARK_ONLY = "watermark only"
@@ -61,7 +63,7 @@ class Rates:
     job's own rounds scale them to the machine at hand."""
 
     fixed: Mapping[str, float] = field(default_factory=lambda: {
-        APPEND: 0.4, REPLACE: 0.9, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
+        APPEND: 0.4, REPLACE: 0.9, DELETE: 0.7, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
     feed_fixed: float = 0.3
     """Reading, netting and mapping the change feed (every plan but an unverified recompute)."""
     aggregate_fixed: float = 0.4
@@ -71,10 +73,10 @@ class Rates:
     """Writing a row (append, the new rows of replace, every row of an overwrite)."""
     per_read_row: float = 0.3e-6
     """Reading a row of the table being overwritten."""
-    per_key: float = 4e-6
-    """Collecting a changed key and spelling it in the replace predicate."""
+    per_key: float = 0.5e-6
+    """Joining a changed key with the table's (replace, delete)."""
     per_scanned_row: float = 0.12e-6
-    """Reading the key columns of a row in the files the changes' range touches (replace)."""
+    """Reading the key columns of a row in the files the changes' range touches (replace, delete)."""
     per_merged_row: float = 1.2e-6
     """Shuffling and rewriting a row of a touched file (merge)."""
     per_upstream_row: float = 0.65e-6
@@ -105,8 +107,6 @@ class RoundFacts:
     table: TableFacts
     upstream_rows: int
     """Rows of the upstream at the round's last epoch (what a recompute reads)."""
-    literal_keys: bool
-    """The keys can be spelled as literals (their count and types allow it)."""
     feed_needed_for_recompute: bool = True
     """A recompute still reads the feed to prove the key unique (verify_primary_key)."""
 
@@ -142,10 +142,10 @@ class RoundPlan:
         return json.dumps(data, sort_keys=True)
 
 
-def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, literal_keys: bool,
-                    rates: Rates) -> dict[str, float]:
-    """Seconds each way would take to write `change_keys` keyed changes into the table."""
+def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, rates: Rates) -> dict[str, float]:
+    """Seconds each way that can apply these changes would take to write them into the table."""
     written = present_rows * rates.per_written_row
+    located = facts.touched_rows * rates.per_scanned_row + change_keys * rates.per_key
     estimates = {
         OVERWRITE: (rates.fixed[OVERWRITE] + facts.rows * (rates.per_read_row + rates.per_written_row)
                     + change_keys * rates.per_change_row + written),
@@ -153,9 +153,10 @@ def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, lite
     }
     if facts.new_keys_only:
         estimates[APPEND] = rates.fixed[APPEND] + written
-    if literal_keys:
-        estimates[REPLACE] = (rates.fixed[REPLACE] + facts.touched_rows * rates.per_scanned_row
-                              + change_keys * rates.per_key + written)
+    if present_rows == change_keys:
+        estimates[REPLACE] = rates.fixed[REPLACE] + located + written
+    if present_rows == 0:
+        estimates[DELETE] = rates.fixed[DELETE] + located
     return estimates
 
 
@@ -163,7 +164,7 @@ def round_estimates(facts: RoundFacts, rates: Rates) -> dict[str, float]:
     """Seconds each way would take for the whole round (feed included), before corrections."""
     feed = rates.feed_fixed + facts.change_rows * rates.per_change_row
     estimates = {plan: feed + seconds for plan, seconds in write_estimates(
-        facts.table, facts.changed_keys, facts.present_rows, facts.literal_keys, rates).items()}
+        facts.table, facts.changed_keys, facts.present_rows, rates).items()}
     recompute = rates.fixed[RECOMPUTE] + facts.upstream_rows * rates.per_upstream_row
     estimates[RECOMPUTE] = recompute + (feed if facts.feed_needed_for_recompute else 0.0)
     return estimates
