@@ -1,13 +1,13 @@
 """The Kafka source job and the source backfill as `spark-submit` tasks.
 
-The pipeline travels to `spark_jobs/kafka_{source,backfill}.py` as base64 JSON. After
+The pipeline travels to `spark_jobs/kafka_{source,backfill}.py` as a file (`--job FILE`,
+see job_file.py), so the command in the task's log can be copied to rerun it by hand. After
 spark-submit returns, the operators read the per-partition offsets from the Delta logs
 (never from Spark's output) and push them to XCom.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 from typing import Any
@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.phases import entry_point
 
 
@@ -33,8 +34,8 @@ class _KafkaOperator(SparkSubmitOperator):
 
     def submit(self, context: Any) -> None:
         self.pipeline.backfill.check_query()  # a clear error before spark-submit writes anything
-        encoded = base64.b64encode(json.dumps(self.pipeline.to_mapping()).encode()).decode()
-        self.application_args = ["--job-b64", encoded, *self.entry_arguments()]
+        text = json.dumps(self.pipeline.to_mapping(), sort_keys=True)
+        self.application_args = ["--job", write_job_file(self.pipeline.backfill.name, text), *self.entry_arguments()]
         self.conf = {**delta_spark_conf(), **(self.conf or {})}
         self._hook = None  # built from the arguments above
         super().execute(context)
