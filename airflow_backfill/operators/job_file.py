@@ -28,10 +28,10 @@ def job_files_folder() -> Path:
     return Path(conf.get("logging", "base_log_folder")) / JOB_FILES_FOLDER
 
 
-def write_job_file(name: str, text: str, folder: Path | None = None) -> str:
-    """Write `text` (a job as JSON, which job files read as YAML) to `<folder>/<name>-<digest>.json`
-    atomically, and return the file's absolute path."""
-    folder = job_files_folder() if folder is None else folder
+def write_job_file(name: str, text: str) -> str:
+    """Write `text` (a job as JSON, which job files read as YAML) atomically to
+    `<job_files_folder()>/<name>-<digest>.json` and return the file's absolute path."""
+    folder = job_files_folder()
     folder.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     path = (folder / f"{name}-{digest}.json").resolve()
