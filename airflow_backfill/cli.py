@@ -146,12 +146,14 @@ def _add_status(subparsers: Any) -> None:
 
 def _load_job(path: str) -> BackfillJob:
     """The job file's job; with an `aws_conn_id`, its tables on S3 are read with that
-    Airflow connection's credentials (else with the shell's AWS_* variables)."""
-    from airflow_backfill.hooks.delta import DeltaBackfillHook
+    Airflow connection's credentials (else with the shell's AWS_* variables). Airflow is
+    imported only then: it costs seconds per command."""
     from airflow_backfill.job import load_job
 
     job = load_job(path)
     if job.aws_conn_id:
+        from airflow_backfill.hooks.delta import DeltaBackfillHook
+
         DeltaBackfillHook.for_job(job).register_storage()
     return job
 

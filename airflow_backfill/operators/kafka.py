@@ -1,15 +1,15 @@
 """The Kafka source job and the source backfill as `spark-submit` tasks.
 
-The pipeline travels to `spark_jobs/kafka_{source,backfill}.py` as base64 JSON that names
-the brokers' connection, never its secrets: those reach spark-submit as one environment
-variable (`kafka/connection.py`) and are masked in the task log. After spark-submit
-returns, the operators read the per-partition offsets from the Delta logs (never from
-Spark's output) and push them to XCom.
+The pipeline travels to `spark_jobs/kafka_{source,backfill}.py` as a file (`--job FILE`,
+see job_file.py), so the command in the task's log can be copied to rerun it by hand. It
+names the brokers' connection, never its secrets: those reach spark-submit as one
+environment variable (`kafka/connection.py`) and are masked in the task log. After
+spark-submit returns, the operators read the per-partition offsets from the Delta logs
+(never from Spark's output) and push them to XCom.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import threading
@@ -23,6 +23,7 @@ from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.phases import entry_point
 
 
@@ -45,7 +46,7 @@ class _KafkaOperator(SparkSubmitOperator):
     def prepare(self) -> None:
         """Arguments, Spark settings and environment of this task's spark-submit."""
         self.pipeline.backfill.check_query()  # a clear error before spark-submit writes anything
-        self.application_args = ["--job-b64", self.encoded_pipeline(), *self.entry_arguments()]
+        self.application_args = ["--job", self.pipeline_file(), *self.entry_arguments()]
         master = spark_master(self.spark_conn_id)
         # On a cluster each application takes at most its parallelism's cores, so a source
         # job and a backfill running side by side never wait for each other's executors.
@@ -55,10 +56,10 @@ class _KafkaOperator(SparkSubmitOperator):
         self.env_vars = {**(self.env_vars or {}), **self.broker_environment(master)}
         self._hook = None  # built from the arguments above
 
-    def encoded_pipeline(self) -> str:
-        """The pipeline as the entry points take it (`--job-b64`): it names the brokers'
-        connection, never its settings."""
-        return base64.b64encode(json.dumps(self.pipeline.to_mapping()).encode()).decode()
+    def pipeline_file(self) -> str:
+        """The pipeline in a job file beside the task logs (`--job FILE`): it names the
+        brokers' connection, never its settings."""
+        return write_job_file(self.pipeline.backfill.name, json.dumps(self.pipeline.to_mapping(), sort_keys=True))
 
     def broker_environment(self, master: str) -> dict[str, str]:
         """The brokers' connection for the driver, as an environment variable (never `--conf`)."""
@@ -246,7 +247,7 @@ class SourceJobBeside:
         from airflow.sdk.exceptions import AirflowException
 
         operator = self.backfill
-        arguments = ["--job-b64", operator.encoded_pipeline(), "--beside-backfill",
+        arguments = ["--job", operator.pipeline_file(), "--beside-backfill",
                      "--backfill-grace", str(max(60.0, 4 * self.grace))]
         self._hook = SparkSubmitHook(
             conf=operator.conf, conn_id=operator.spark_conn_id, name=f"airflow_backfill-{operator.pipeline.source_job.name}"

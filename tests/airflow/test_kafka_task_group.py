@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from pathlib import Path
 
 from airflow.sdk import DAG
 
-from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.kafka.config import KafkaPipeline, load_kafka_pipeline
 from airflow_backfill.kafka.task_group import kafka_backfill_task_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,17 +39,19 @@ def test_the_source_job_runs_beside_the_backfill(tmp_path):
     assert not dag.get_task("orders_mv.source_backfill").start_source_job
 
 
-def test_operators_pass_the_pipeline_as_base64_json(tmp_path, monkeypatch):
+def test_operators_pass_the_pipeline_as_a_job_file_beside_the_task_logs(tmp_path, monkeypatch):
     from airflow_backfill.operators.kafka import KafkaSourceBackfillOperator
 
+    monkeypatch.setenv("AIRFLOW__LOGGING__BASE_LOG_FOLDER", str(tmp_path / "logs"))
     with DAG(dag_id="kafka_ops", schedule=None):
         operator = KafkaSourceBackfillOperator(task_id="b", pipeline=_pipeline(tmp_path), timeout_seconds=30)
     submitted = {}
     monkeypatch.setattr("airflow.providers.apache.spark.operators.spark_submit.SparkSubmitOperator.execute",
                         lambda self, context: submitted.update(args=list(self.application_args), conf=dict(self.conf)))
     operator.submit({})
-    encoded = submitted["args"][submitted["args"].index("--job-b64") + 1]
-    assert KafkaPipeline.from_mapping(json.loads(base64.b64decode(encoded))) == _pipeline(tmp_path)
+    job_file = Path(submitted["args"][submitted["args"].index("--job") + 1])
+    assert job_file.parent == tmp_path / "logs" / "airflow_backfill" / "jobs"
+    assert load_kafka_pipeline(str(job_file)) == _pipeline(tmp_path)
     assert submitted["args"][-2:] == ["--timeout", "30"]
     assert operator.application.endswith("spark_jobs/kafka_backfill.py")
     assert "spark.jars" in submitted["conf"] and "spark-sql-kafka" in submitted["conf"]["spark.jars"]

@@ -149,11 +149,11 @@ def _forward_committed(job: BackfillJob) -> bool:
 
 
 def _forward_processes() -> list[psutil.Process]:
-    """The forward phase's spark-submit JVM and Python driver (both carry forward.py --job-b64)."""
+    """The forward phase's spark-submit JVM and Python driver (both carry forward.py --job)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         command = " ".join(process.info["cmdline"] or [])
-        if "forward.py" in command and "--job-b64" in command:
+        if "forward.py" in command and "--job " in command:
             found.append(process)
     return found
 

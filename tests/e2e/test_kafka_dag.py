@@ -28,11 +28,11 @@ pytestmark = pytest.mark.e2e
 
 
 def source_job_drivers() -> list[psutil.Process]:
-    """The Python drivers of running source jobs (spark-submit starts them with the job as base64)."""
+    """The Python drivers of running source jobs (spark-submit starts them with the job file)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         command = process.info.get("cmdline") or []
-        if any(part.endswith("kafka_source.py") for part in command) and "--job-b64" in command and \
+        if any(part.endswith("kafka_source.py") for part in command) and "--job" in command and \
                 "java" not in os.path.basename(command[0]):
             found.append(process)
     return found
