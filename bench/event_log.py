@@ -46,14 +46,29 @@ class SqlExecution:
 
 
 def read_events(path: Path) -> tuple[dict[int, SparkJob], dict[int, SqlExecution]]:
-    """The jobs and SQL executions of one event log file."""
+    """The jobs and SQL executions of an event log: a file, or the folder of a rolling log
+    (Spark 4's default, `events_<n>_<app>` parts in order), plain or zstd-compressed."""
     jobs: dict[int, SparkJob] = {}
     executions: dict[int, SqlExecution] = {}
-    with path.open() as lines:
-        for line in lines:
-            event = json.loads(line)
-            _record(event, jobs, executions)
+    parts = sorted(path.glob("events_*"), key=_part_number) if path.is_dir() else [path]
+    for part in parts:
+        for line in _lines(part):
+            _record(json.loads(line), jobs, executions)
     return jobs, executions
+
+
+def _part_number(part: Path) -> int:
+    pieces = part.name.split("_")
+    return int(pieces[1]) if len(pieces) > 1 and pieces[1].isdigit() else 0
+
+
+def _lines(part: Path) -> list[str]:
+    data = part.read_bytes()
+    if part.suffix == ".zstd":
+        import zstandard  # installed with pyspark-client, which the Spark provider requires
+
+        data = zstandard.ZstdDecompressor().stream_reader(data).read()
+    return [line for line in data.decode().splitlines() if line.strip()]
 
 
 def _record(event: dict[str, Any], jobs: dict[int, SparkJob], executions: dict[int, SqlExecution]) -> None:
@@ -111,7 +126,8 @@ def report(jobs: dict[int, SparkJob], executions: dict[int, SqlExecution], since
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("event_log", type=Path, help="a Spark event log file (spark.eventLog.dir)")
+    parser.add_argument("event_log", type=Path,
+                        help="a Spark event log: a file or a rolling log's folder in spark.eventLog.dir")
     parser.add_argument("--since", type=int, default=0, help="epoch ms: first job start to include")
     parser.add_argument("--until", type=int, default=2**62, help="epoch ms: last job start to include")
     args = parser.parse_args(argv)
