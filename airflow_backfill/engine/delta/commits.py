@@ -202,18 +202,22 @@ def merge_changes(
     return int(metrics[0]["num_affected_rows"]) if metrics and "num_affected_rows" in metrics[0] else 0
 
 
-def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], *, app_id: str, version: int,
-                 user_metadata: str, null_safe: bool) -> None:
+def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
+                  user_metadata: str, null_safe: bool) -> None:
     """Replace the table's rows of the keys `frame` holds with `frame`'s rows, in one commit.
 
     Delta's `replaceOn` deletes the rows for which a row of `frame` has the same key (a
     semi-join, broadcast when `frame` is small, marking the rows in deletion vectors) and
     appends `frame`, in one transaction; the change feed shows the replaced rows and the
     new ones. A plain DataFrame writer option, so the app transaction travels with it.
+    `bound` (a condition on the table's columns, qualified `t.`) is pushed into the scan
+    of the table, so that Parquet skips what lies outside the keys' range.
     """
     ensure_held(uri)
     equal = "<=>" if null_safe else "="
     condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
+    if bound is not None:
+        condition = f"{condition} AND {bound}"
     (frame.alias("s").write.format("delta").mode("overwrite").option("replaceOn", condition)
      .option("targetAlias", "t").option("txnAppId", app_id).option("txnVersion", str(version))
      .option("userMetadata", user_metadata).save(uri))

@@ -133,8 +133,8 @@ def write(
     if way == APPEND:
         append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
-        replace_keys(new_rows, prepared.uri, prepared.key, app_id=app_id, version=version,
-                     user_metadata=user_metadata, null_safe=prepared.null_safe)
+        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, "t."), app_id=app_id,
+                     version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == DELETE:
         keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
         delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared), app_id=app_id, version=version,
@@ -152,13 +152,13 @@ def quote(column: str) -> str:
     return "`" + column.replace("`", "``") + "`"
 
 
-def _bound_sql(prepared: PreparedChanges) -> str | None:
+def _bound_sql(prepared: PreparedChanges, qualifier: str = "") -> str | None:
     """A condition on the table alone that holds for every row a change can meet: the changes'
     leading key range as literals, which Delta skips files with (None when not boundable)."""
     changed = prepared.changed
     if not boundable(prepared.leading.dataType) or changed.has_nulls or changed.low is None:
         return None
-    column, kind = quote(prepared.leading.name), prepared.leading.dataType.simpleString().upper()
+    column, kind = qualifier + quote(prepared.leading.name), prepared.leading.dataType.simpleString().upper()
     return f"{column} BETWEEN CAST('{changed.low}' AS {kind}) AND CAST('{changed.high}' AS {kind})"
 
 
