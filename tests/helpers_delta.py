@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 from collections import Counter
 
@@ -57,21 +56,32 @@ def round_plans(target: str) -> list[str]:
 
 
 def cycle_write_ways(monkeypatch, ways: tuple[str, ...] = ("merge", "replace", "overwrite")) -> None:
-    """Make every incremental write take the next of `ways` in turn, whatever its estimates
+    """Make every incremental write take the next of `ways` in turn, whatever the estimates
     say, so that one test sees each way's change feed (tiny test tables would otherwise
-    always be overwritten)."""
+    always be overwritten). A way that cannot apply a round's changes (a replace needs a
+    new row for every change, a delete none) leaves its turn to a later round, which a
+    merge meanwhile writes."""
     from airflow_backfill.engine.aggregates import apply as aggregate_apply
     from airflow_backfill.engine.phases import apply
 
-    turns = itertools.cycle(ways)
+    turn = 0
+
+    def next_usable(estimates) -> str:
+        nonlocal turn
+        way = ways[turn % len(ways)]
+        if way not in estimates:
+            return "merge"
+        turn += 1
+        return way
+
     planned = apply.plan_round
 
     def next_way(job, estimates, facts):
         chosen = planned(job, estimates, facts)
-        return chosen if chosen.plan == "recompute" else dataclasses.replace(chosen, plan=next(turns))
+        return chosen if chosen.plan == "recompute" else dataclasses.replace(chosen, plan=next_usable(estimates))
 
     monkeypatch.setattr(apply, "plan_round", next_way)
-    monkeypatch.setattr(aggregate_apply, "_cheapest", lambda estimates: next(turns))
+    monkeypatch.setattr(aggregate_apply, "_cheapest", next_usable)
 
 
 def append_orders(uri: str, order_ids: list[int]) -> int:

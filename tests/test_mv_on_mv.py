@@ -40,8 +40,10 @@ CHAINS = {
 
 
 def job(name: str, source: str, target: str, query: str, primary_key: list[str]) -> BackfillJob:
+    """Rounds always incremental, so that the test's turn of write ways decides each one."""
     return BackfillJob(name=name, source=source, target=target, query=query, primary_key=primary_key,
-                       lag_threshold=0, poll_interval=0.05, backfill_parallelism=1, parallelism=1)
+                       lag_threshold=0, poll_interval=0.05, backfill_parallelism=1, parallelism=1,
+                       round_plan="incremental")
 
 
 def forward_all(spark, mv: BackfillJob) -> None:

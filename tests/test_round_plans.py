@@ -29,6 +29,10 @@ pytestmark = pytest.mark.spark
 QUERY = "SELECT order_id, customer_id, amount * quantity AS total FROM source WHERE status <> 'cancelled'"
 AGGREGATE = "SELECT g, COUNT(*) AS n, SUM(x) AS sx, MIN(x) AS mn FROM source GROUP BY g"
 PLANS = ("replace", "merge", "overwrite", "recompute")
+CHANGES = {"replace": {"inserts": 20, "updates": 40, "deletes": 0}, "delete": {"inserts": 0, "updates": 0, "deletes": 15}}
+"""A replace applies rounds whose every key has a new row, a delete rounds that only delete;
+the other plans take any change."""
+UNFILTERED = "SELECT order_id, customer_id, amount * quantity AS total FROM source"
 
 
 class Killed(Exception):
@@ -43,8 +47,8 @@ def kill_at(monkeypatch, module, point: str) -> None:
     monkeypatch.setattr(module, "maybe_crash", fake_crash)
 
 
-def orders_job(tables: dict[str, str], **settings) -> BackfillJob:
-    return BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+def orders_job(tables: dict[str, str], query: str = QUERY, **settings) -> BackfillJob:
+    return BackfillJob(name="orders_mv", query=query, primary_key=["order_id"], lag_threshold=0,
                        backfill_parallelism=1, parallelism=1, **settings, **tables)
 
 
@@ -57,13 +61,14 @@ def plan_job(tables: dict[str, str], plan: str, monkeypatch, **settings) -> Back
     return orders_job(tables, round_plan="incremental", **settings)
 
 
-@pytest.mark.parametrize("plan", PLANS)
+@pytest.mark.parametrize("plan", (*PLANS, "delete"))
 def test_a_round_killed_before_or_after_its_commit_is_redone_once_in_every_plan(spark, tables, monkeypatch, plan):
     source = tables["source"]
     create_orders_table(source, rows=300, seed=11)
-    job = plan_job(tables, plan, monkeypatch)
+    query = UNFILTERED if plan in CHANGES else QUERY  # a filter turns updates into deletes
+    job = plan_job(tables, plan, monkeypatch, query=query)
     run_snapshot(spark, job)
-    commit_epoch(source, random.Random(11), inserts=20, updates=40, deletes=15)
+    commit_epoch(source, random.Random(11), **CHANGES.get(plan, {"inserts": 20, "updates": 40, "deletes": 15}))
 
     kill_at(monkeypatch, apply, "after_write")  # the round's data written, not committed
     with pytest.raises(Killed):
@@ -77,7 +82,7 @@ def test_a_round_killed_before_or_after_its_commit_is_redone_once_in_every_plan(
 
     assert result.rounds == [] and result.watermark == DeltaTable(source).version()
     assert round_plans(job.target) == [plan]
-    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+    assert assert_every_commit_matches(source, job.target, query, job.app_id, key=["order_id"]) == 2
 
 
 @pytest.mark.parametrize("plan", PLANS)

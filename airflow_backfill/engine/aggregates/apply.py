@@ -227,14 +227,14 @@ def touched_groups(
 ) -> DataFrame:
     """Per group the changes touch: its new state and the MV change it causes (`changes_sql`)."""
     signed.createOrReplaceTempView(_CHANGES)
-    delta = spark.sql(sql.delta_sql(aggregate, _CHANGES)).alias("d")
+    delta = spark.sql(sql.delta_sql(aggregate, _CHANGES)).alias("__delta")
     keys = sql.key_columns(aggregate)
     old = state.select(
         *keys, *(state[c].alias(f"{sql.OLD}{c}") for c in sql.state_value_columns(aggregate))
-    ).alias("s")
+    ).alias("__old")
     same_group = [delta[k].eqNullSafe(old[k]) for k in keys]
     touched = delta.join(old, on=same_group, how="left").select(
-        "d.*", *(f"s.`{sql.OLD}{c}`" for c in sql.state_value_columns(aggregate))
+        "__delta.*", *(f"__old.`{sql.OLD}{c}`" for c in sql.state_value_columns(aggregate))
     )
     touched.createOrReplaceTempView(_TOUCHED)
     state_types = [(field.name, field.dataType.simpleString()) for field in state.schema.fields]

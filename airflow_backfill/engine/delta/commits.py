@@ -56,6 +56,10 @@ _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _EXISTS_IN_DELETE = "spark.databricks.delta.delete.allowExistsSubquery"
+TARGET = "__mv"
+"""The alias of the written table in a keyed write's conditions, and below that of the
+changes: names no MV column takes (a column `t` or `s` would shadow a short alias)."""
+CHANGES = "__changes"
 
 
 @dataclass(frozen=True)
@@ -179,23 +183,23 @@ def merge_changes(
     ensure_held(uri)
     table = DeltaTable.forPath(spark, uri)
     equal = "<=>" if null_safe else "="
-    condition = F.expr(" AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key))
+    condition = F.expr(" AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key))
     if bound is not None:
         condition = condition & bound
     values: dict[str, str | Column] = {
-        _quote(c): f"s.{_quote(c)}" for c in source.columns if c not in (PRESENT, ARRIVED)
+        _quote(c): f"{CHANGES}.{_quote(c)}" for c in source.columns if c not in (PRESENT, ARRIVED)
     }
-    merge = table.alias("t").merge(source.alias("s"), condition)
+    merge = table.alias(TARGET).merge(source.alias(CHANGES), condition)
     if deletes_only:
         merge = merge.whenMatchedDelete()
     else:
         if ARRIVED in source.columns:
-            refuse: dict[str, str | Column] = {_quote(key[0]): repeated_key_error(key, "s")}
-            merge = merge.whenMatchedUpdate(condition=f"s.{ARRIVED}", set=refuse)
+            refuse: dict[str, str | Column] = {_quote(key[0]): repeated_key_error(key, CHANGES)}
+            merge = merge.whenMatchedUpdate(condition=f"{CHANGES}.{ARRIVED}", set=refuse)
         merge = (
-            merge.whenMatchedDelete(condition=f"s.{PRESENT} IS NULL")
-            .whenMatchedUpdate(condition=f"s.{PRESENT} IS NOT NULL", set=values)
-            .whenNotMatchedInsert(condition=f"s.{PRESENT} IS NOT NULL", values=values)
+            merge.whenMatchedDelete(condition=f"{CHANGES}.{PRESENT} IS NULL")
+            .whenMatchedUpdate(condition=f"{CHANGES}.{PRESENT} IS NOT NULL", set=values)
+            .whenNotMatchedInsert(condition=f"{CHANGES}.{PRESENT} IS NOT NULL", values=values)
         )
     with session_transaction(spark, app_id, version, user_metadata):
         metrics = merge.execute().collect()
@@ -210,16 +214,16 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
     semi-join, broadcast when `frame` is small, marking the rows in deletion vectors) and
     appends `frame`, in one transaction; the change feed shows the replaced rows and the
     new ones. A plain DataFrame writer option, so the app transaction travels with it.
-    `bound` (a condition on the table's columns, qualified `t.`) is pushed into the scan
+    `bound` (a condition on the table's columns, qualified by `TARGET`) is pushed into the scan
     of the table, so that Parquet skips what lies outside the keys' range.
     """
     ensure_held(uri)
     equal = "<=>" if null_safe else "="
-    condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
+    condition = " AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key)
     if bound is not None:
         condition = f"{condition} AND {bound}"
-    (frame.alias("s").write.format("delta").mode("overwrite").option("replaceOn", condition)
-     .option("targetAlias", "t").option("txnAppId", app_id).option("txnVersion", str(version))
+    (frame.alias(CHANGES).write.format("delta").mode("overwrite").option("replaceOn", condition)
+     .option("targetAlias", TARGET).option("txnAppId", app_id).option("txnVersion", str(version))
      .option("userMetadata", user_metadata).save(uri))
 
 
@@ -235,15 +239,15 @@ def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None
     view = "__airflow_backfill_deleted_keys"
     keys.createOrReplaceTempView(view)
     equal = "<=>" if null_safe else "="
-    matched = " AND ".join(f"k.{_quote(column)} {equal} t.{_quote(column)}" for column in key)
-    condition = f"EXISTS (SELECT 1 FROM {view} k WHERE {matched})"
+    matched = " AND ".join(f"{CHANGES}.{_quote(column)} {equal} {TARGET}.{_quote(column)}" for column in key)
+    condition = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {matched})"
     if bound is not None:
         condition = f"{bound} AND {condition}"
     path = uri.replace("`", "``")
     spark.conf.set(_EXISTS_IN_DELETE, "true")
     try:
         with session_transaction(spark, app_id, version, user_metadata):
-            spark.sql(f"DELETE FROM delta.`{path}` t WHERE {condition}")
+            spark.sql(f"DELETE FROM delta.`{path}` {TARGET} WHERE {condition}")
     finally:
         spark.conf.unset(_EXISTS_IN_DELETE)
         spark.catalog.dropTempView(view)

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.commits import (
     ARRIVED,
+    CHANGES,
     PRESENT,
+    TARGET,
     append_new,
     conform,
     delete_keys,
@@ -123,6 +125,7 @@ def write(
     new_rows = prepared.frame.filter(f"`{PRESENT}` IS NOT NULL").drop(PRESENT, ARRIVED)
     if not rows:  # nothing changed here: whatever the way, only the watermark moves
         way = APPEND
+    _refuse_unfit_way(way, prepared)
     if way == MERGE:
         merge_changes(spark, prepared.uri, prepared.frame, prepared.key, _merge_bound(prepared),
                       app_id=app_id, version=version, user_metadata=user_metadata, null_safe=prepared.null_safe,
@@ -133,11 +136,11 @@ def write(
     if way == APPEND:
         append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
-        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, "t."), app_id=app_id,
+        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
                      version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == DELETE:
         keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
-        delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared), app_id=app_id, version=version,
+        delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id, version=version,
                     user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == OVERWRITE:
         overwrite(_rows_after(spark, prepared, new_rows), prepared.uri, app_id=app_id, version=version,
@@ -166,8 +169,8 @@ def _rows_after(spark: SparkSession, prepared: PreparedChanges, new_rows: DataFr
     """The whole table after the changes: its rows of unchanged keys (read at the version
     the changes were prepared against) and the new rows."""
     current = spark.read.format("delta").option("versionAsOf", prepared.table_version).load(prepared.uri)
-    kept = current.alias("t").join(
-        prepared.frame.select(*prepared.key).alias("c"), on=_same_key(prepared, "t", "c"), how="left_anti")
+    kept = current.alias(TARGET).join(
+        prepared.frame.select(*prepared.key).alias(CHANGES), on=_same_key(prepared, TARGET, CHANGES), how="left_anti")
     return kept.unionByName(new_rows)
 
 
@@ -201,8 +204,8 @@ def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> 
     table = spark.read.format("delta").option("versionAsOf", prepared.table_version).load(prepared.uri)
     if bounds[0] is not None and boundable(prepared.leading.dataType) and not prepared.changed.has_nulls:
         table = table.filter(leading.between(bounds[0], bounds[1]))
-    held = table.select(*(F.col(quote(k)) for k in prepared.key)).alias("t").join(
-        arrived.alias("c"), on=_same_key(prepared, "t", "c"), how="left_semi")
+    held = table.select(*(F.col(quote(k)) for k in prepared.key)).alias(TARGET).join(
+        arrived.alias(CHANGES), on=_same_key(prepared, TARGET, CHANGES), how="left_semi")
     # Evaluating the error expression on a held key fails the job, naming it.
     held.select(repeated_key_error(prepared.key)).limit(1).collect()
 
@@ -213,7 +216,16 @@ def _merge_bound(prepared: PreparedChanges) -> Any:
 
     if not boundable(prepared.leading.dataType):
         return None
-    return prepared.changed.predicate(F.col("t." + quote(prepared.leading.name)), prepared.leading.dataType)
+    return prepared.changed.predicate(F.col(f"{TARGET}." + quote(prepared.leading.name)), prepared.leading.dataType)
+
+
+def _refuse_unfit_way(way: str, prepared: PreparedChanges) -> None:
+    """A replace writes only new rows and a delete only removes: either would silently drop
+    the other kind of change, so a plan that picks one for mixed changes is a bug."""
+    present, rows = prepared.changed.present_rows or 0, prepared.changed.rows or 0
+    if (way == REPLACE and present != rows) or (way == DELETE and present != 0):
+        raise ValueError(f"cannot {way} {rows} changed keys of which {present} have a new row: "
+                         "only a merge or an overwrite applies both kinds of change")
 
 
 def _any_arrived(prepared: PreparedChanges) -> bool:
