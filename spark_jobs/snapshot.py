@@ -1,11 +1,12 @@
 """spark-submit entry point of the snapshot phase.
 
-    spark-submit spark_jobs/snapshot.py --job JOB.yaml [--epoch N] [--parallelism N]
+    spark-submit spark_jobs/snapshot.py --job JOB.yaml [--epoch N | --epochs JSON] [--parallelism N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 
@@ -18,12 +19,15 @@ class SnapshotArgs:
     job: argparse.Namespace
     epoch: int | None
     chunk_bytes: int
+    epochs: dict[str, int] | None = None
 
 
 def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     parser = argparse.ArgumentParser(prog="snapshot", description=__doc__)
     job_arguments(parser)
-    parser.add_argument("--epoch", type=int, help="upstream version to pin (default: latest)")
+    pinned = parser.add_mutually_exclusive_group()
+    pinned.add_argument("--epoch", type=int, help="upstream version to pin (default: latest)")
+    pinned.add_argument("--epochs", help='a join\'s upstream versions to pin, as JSON: {"orders": 5, ...}')
     parser.add_argument(
         "--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES,
         help="upstream bytes per snapshot chunk, the unit of progress and resumption",
@@ -31,7 +35,19 @@ def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     args = parser.parse_args(argv)
     if args.chunk_bytes < 1:
         parser.error("--chunk-bytes must be a positive integer")
-    return SnapshotArgs(job=args, epoch=args.epoch, chunk_bytes=args.chunk_bytes)
+    return SnapshotArgs(job=args, epoch=args.epoch, chunk_bytes=args.chunk_bytes,
+                        epochs=None if args.epochs is None else _versions(parser, args.epochs))
+
+
+def _versions(parser: argparse.ArgumentParser, text: str) -> dict[str, int]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()):
+        parser.error(f"--epochs must be a JSON object of upstream versions, e.g. {{\"orders\": 5}}, got {text!r}")
+    return {str(name): int(version) for name, version in value.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,11 +61,13 @@ def main(argv: list[str] | None = None) -> int:
 
         job = resolve_job(args.job)
         parallelism = resolve_parallelism(args.job, job.backfill_parallelism)
-        check_upstream(job.source)
-        retention_warnings(job.source, parallelism)
+        for upstream in job.upstreams:
+            check_upstream(upstream.table)
+            retention_warnings(upstream.table, parallelism)
         spark = build_spark_session(f"airflow_backfill:{job.name}:snapshot", parallelism)
         try:
-            run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism, chunk_bytes=args.chunk_bytes)
+            run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism, chunk_bytes=args.chunk_bytes,
+                         epochs=args.epochs)
         finally:
             spark.stop()
         return 0

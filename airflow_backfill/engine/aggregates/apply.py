@@ -59,9 +59,8 @@ def recover_state_ahead(
     Returns the MV's watermark afterwards. The MV rows are recomputed from the whole
     state and diffed with the whole MV (a full outer join in Spark), paid only after a crash.
     """
-    aggregate = _aggregate(plan)
     watermark = state_watermark(job)
-    state = read_state(spark, job, _state_columns(aggregate))
+    read_state(spark, job, _state_columns(_aggregate(plan)))  # the state must fit the query
     if watermark == mv_watermark:
         return mv_watermark
     if watermark < mv_watermark:
@@ -72,15 +71,23 @@ def recover_state_ahead(
         )
     log.warning("aggregate state is at epoch %s, the MV at %s (a run stopped between the two commits): "
                 "bringing the MV up to the state", watermark, mv_watermark)
-    old_rows = spark.read.format("delta").load(job.target)
-    upstream = _upstream_struct(spark, job.source, watermark)
-    new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
-    changes = mv_changes(old_rows, new_rows, plan.mv_key)
     info = CommitInfo(phase=phase, epoch=watermark, parallelism=parallelism, rows=0,
                       extra={"recovered_from_state": "true"})
-    merge_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=watermark,
-                user_metadata=info.user_metadata(job), null_safe=True)
+    bring_mv_to_state(spark, job, plan, _upstream_struct(spark, job.source, watermark), info)
     return watermark
+
+
+def bring_mv_to_state(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: StructType,
+                      info: CommitInfo) -> None:
+    """Commit the MV rows the whole state gives (`upstream`: the schema of the query's
+    `source`), as their difference with the MV, at `info.epoch`."""
+    aggregate = _aggregate(plan)
+    state = read_state(spark, job, _state_columns(aggregate))
+    old_rows = spark.read.format("delta").load(job.target)
+    new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
+    changes = mv_changes(old_rows, new_rows, plan.mv_key)
+    merge_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                user_metadata=info.user_metadata(job), null_safe=True)
 
 
 def apply_aggregate_changes(
@@ -91,24 +98,36 @@ def apply_aggregate_changes(
     Returns (change rows read, MV rows changed).
     """
     aggregate = _aggregate(plan)
-    state = read_state(spark, job, _state_columns(aggregate))
     feed = read_change_feed(spark, job.source, watermark, info.epoch)
     referenced = sql.row_columns(aggregate)
     columns = [c for c in feed.columns if c not in FEED_COLUMNS and c.lower() in referenced]
     signed = signed_rows(feed, columns).cache()
     try:
-        change_rows = signed.count()
-        if not change_rows:
-            _commit_watermarks_only(spark, job, state.schema, info)
-            return 0, 0
-        upstream = _upstream_columns(feed)
-        rows = _touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
-        try:
-            return change_rows, _commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows))
-        finally:
-            rows.unpersist()
+        return fold_signed_rows(spark, job, plan, signed, _upstream_columns(feed), info)
     finally:
         signed.unpersist()
+
+
+def fold_signed_rows(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, signed: DataFrame, upstream: StructType,
+    info: CommitInfo,
+) -> tuple[int, int]:
+    """Fold signed rows of the query's `source` (its columns, typed as in `upstream`, plus
+    `__sign`) into the state and the MV, committing both at `info.epoch`.
+
+    Returns (signed rows folded, MV rows changed).
+    """
+    aggregate = _aggregate(plan)
+    state = read_state(spark, job, _state_columns(aggregate))
+    change_rows = signed.count()
+    if not change_rows:
+        _commit_watermarks_only(spark, job, state.schema, info)
+        return 0, 0
+    rows = _touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
+    try:
+        return change_rows, _commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows))
+    finally:
+        rows.unpersist()
 
 
 def _commit_round(
@@ -128,7 +147,7 @@ def _commit_round(
                          app_id=job.app_id, version=info.epoch, user_metadata=info.user_metadata(job),
                          null_safe=True)
     maybe_crash(info.phase, "after_state_commit")
-    mv_info = replace(info, extra={"groups_changed": str(groups)})
+    mv_info = replace(info, extra={**info.extra, "groups_changed": str(groups)})
     changed = merge_keyed(spark, job.target, _mv_row_changes(spark, job, rows), plan.mv_key, app_id=job.app_id,
                           version=info.epoch, user_metadata=mv_info.user_metadata(job), null_safe=True)
     maybe_crash(info.phase, "after_commit")

@@ -1,0 +1,209 @@
+"""Apply a round of a join MV: every upstream from its recorded version to the round's
+target, in one MV commit (two for an aggregate) that records the new vector.
+
+The round reads the MV's vector and checks it against the app transaction before it
+reads anything else (`watermarks.committed_vector`), checks each moved upstream's range
+(its log and change files present, its schema unchanged), turns the change feeds into
+signed join rows (`delta_rule`) and then:
+
+- stateless: maps them through the flat query (WHERE and projections keep their signs),
+  nets them per whole MV row, and merges them by MV key: a key left with a +1 row takes
+  that row, a key left with only a -1 row leaves the MV; a key with two rows or a count
+  beyond one means an upstream's key is not unique, and the round is refused;
+- aggregate: folds them into the per-group state and the MV (`fold_signed_rows`), as
+  a one-upstream aggregate folds its signed change rows.
+
+All writes go through `merge_keyed`, `commit_watermark_only` and the aggregate fold, so a
+re-run of a committed round is skipped by the app transaction (the vector's sum).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.aggregates.apply import bring_mv_to_state, fold_signed_rows
+from airflow_backfill.engine.aggregates.state import state_uri
+from airflow_backfill.engine.delta.change_feed import check_schema_unchanged
+from airflow_backfill.engine.delta.commits import (
+    PRESENT,
+    CommitInfo,
+    commit_watermark_only,
+    merge_keyed,
+    repeated_key_error,
+    repeated_key_named,
+)
+from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.joins.delta_rule import join_changes
+from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri
+from airflow_backfill.engine.joins.watermarks import (
+    Vector,
+    committed_vector,
+    join_commit_info,
+    table_vector,
+    vector_sum,
+)
+from airflow_backfill.engine.phases.apply import AppliedRange
+from airflow_backfill.engine.phases.changes import SIGN, apply_query
+from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.exceptions import RepeatedKeyError, TargetError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from airflow_backfill.engine.planning.join_query import JoinPlan
+    from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
+_COUNT, _ROWS_FOR_KEY = "__count", "__rows_for_key"
+
+
+def current_vector(job: BackfillJob) -> Vector:
+    """The MV's vector, checked; an error when the MV was never snapshotted."""
+    vector = committed_vector(job)
+    if vector is None:
+        raise TargetError(
+            f"the MV {job.target} does not exist yet: run the snapshot phase first "
+            "(spark_jobs/snapshot.py, or the DAG's snapshot task)."
+        )
+    return vector
+
+
+def apply_join_round(
+    spark: SparkSession, job: BackfillJob, plan: JoinPlan, target: Mapping[str, int], *, phase: str,
+    parallelism: int,
+) -> AppliedRange | None:
+    """Bring the MV from its vector to `target` (no upstream moves backwards) in one round;
+    None when there is nothing to apply."""
+    started = time.monotonic()
+    start = watermark = current_vector(job)
+    if plan.flat.aggregate is not None:
+        watermark = _recover_state_ahead(spark, job, plan, watermark, phase=phase, parallelism=parallelism)
+    target = {name: max(version, watermark[name]) for name, version in target.items()}
+    if target == watermark:
+        if watermark != start:
+            return AppliedRange(vector_sum(start), vector_sum(watermark), 0, 0, time.monotonic() - started)
+        return None
+    for name, version in target.items():
+        if version > watermark[name]:
+            check_schema_unchanged(upstream_uri(job, name), watermark[name], version)
+    spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
+    info = join_commit_info(job, CommitInfo(phase=phase, epoch=0, parallelism=parallelism, rows=0), target)
+    changes = join_changes(spark, job, plan, watermark, target)
+    try:
+        if plan.flat.aggregate is not None:
+            schema = _flat_struct(spark, job, plan, target)
+            _, changed = fold_signed_rows(spark, job, plan.flat, changes.rows, schema, info)
+        else:
+            changed = _merge_stateless(spark, job, plan, changes.rows, replace(info, rows=changes.change_rows),
+                                       watermark)
+    finally:
+        changes.unpersist()
+    change_rows = changes.change_rows
+    applied = AppliedRange(vector_sum(start), vector_sum(target), change_rows, changed, time.monotonic() - started)
+    log.info("%s: applied %s -> %s (%s change rows, %s MV rows) in %.2fs", phase, watermark, target,
+             change_rows, changed, applied.seconds)
+    return applied
+
+
+def _merge_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, signed: DataFrame, info: CommitInfo,
+                     watermark: Mapping[str, int]) -> int:
+    """Net the signed MV rows per MV key and merge them, with the vector; MV rows changed."""
+    keyed = keyed_changes(spark, plan, signed).cache()
+    try:
+        empty = keyed.isEmpty()
+        maybe_crash(info.phase, "after_write")
+        if empty:
+            schema = spark.read.format("delta").load(job.target).schema
+            commit_watermark_only(spark, job.target, schema, app_id=job.app_id, version=info.epoch,
+                                  user_metadata=info.user_metadata(job))
+            changed = 0
+        else:
+            changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                                  user_metadata=info.user_metadata(job), null_safe=plan.null_safe_key)
+        maybe_crash(info.phase, "after_commit")
+        return changed
+    except Exception as error:
+        repeated = repeated_key_named(error)
+        if repeated is None:
+            raise
+        raise RepeatedKeyError(
+            list(plan.mv_key), ", ".join(u.table for u in job.upstreams),
+            f"the MV row with {repeated} would be held twice between versions {dict(watermark)} and "
+            f"{_vector(info)} (the key of some upstream is repeated)",
+        ) from None
+    finally:
+        keyed.unpersist()
+
+
+def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame) -> DataFrame:
+    """One change per changed MV key: its new row with `__present`, or `__present` null
+    when the key leaves the MV.
+
+    The signed rows are mapped through the flat query and counted per whole row; what is
+    left is the MV's change as a multiset. With unique upstream keys a key then has at
+    most one row counted +1 (its new row) and one counted -1 (its old row); anything
+    else raises the repeated-key error when the rows are evaluated.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    mapped = apply_query(spark, signed, signed_query(plan.flat.query))
+    columns = [c for c in mapped.columns if c != SIGN]
+    counted = mapped.groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).alias(_COUNT)).filter(F.col(_COUNT) != 0)
+    per_key = Window.partitionBy(*(F.col(quote(k)) for k in plan.mv_key))
+    arriving = F.sum(F.when(F.col(_COUNT) > 0, 1).otherwise(0)).over(per_key)
+    rows = counted.withColumn(_ROWS_FOR_KEY, arriving)
+    repeated = (F.abs(F.col(_COUNT)) > 1) | (F.col(_ROWS_FOR_KEY) > 1)
+    present = F.when(repeated, repeated_key_error(plan.mv_key)).when(F.col(_COUNT) > 0, F.lit(True))
+    return rows.filter((F.col(_COUNT) > 0) | (F.col(_ROWS_FOR_KEY) == 0)).select(
+        *(quote(c) for c in columns), present.cast("boolean").alias(PRESENT))
+
+
+@functools.lru_cache(maxsize=64)
+def signed_query(flat_query: str) -> str:
+    """The flat stateless query with `__sign` carried to its output."""
+    from sqlglot import exp
+
+    from airflow_backfill.engine.planning.query import _parse_single_select
+
+    select = _parse_single_select(flat_query)
+    select.set("expressions", [*select.expressions, exp.column(SIGN)])
+    return select.sql(dialect="spark")
+
+
+def _flat_struct(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> StructType:
+    read = reader(spark, job, plan, versions)
+    return flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
+
+
+def _recover_state_ahead(spark: SparkSession, job: BackfillJob, plan: JoinPlan, mv: Vector, *, phase: str,
+                         parallelism: int) -> Vector:
+    """After a crash between an aggregate round's state and MV commits, bring the MV to the
+    state's vector first. Returns the MV's vector afterwards."""
+    names = [upstream.name for upstream in job.upstreams]
+    state = table_vector(state_uri(job.target), job.app_id, names)
+    if state is None or state == mv:
+        return mv
+    if any(state[name] < mv[name] for name in names):
+        raise TargetError(
+            f"the aggregate state of MV {job.target} is at versions {state}, behind the MV's {mv}; it was "
+            "changed by something else. Rebuild the MV: delete the target and rerun the snapshot."
+        )
+    log.warning("aggregate state is at %s, the MV at %s (a run stopped between the two commits): bringing the "
+                "MV up to the state", state, mv)
+    info = CommitInfo(phase=phase, epoch=0, parallelism=parallelism, rows=0, extra={"recovered_from_state": "true"})
+    bring_mv_to_state(spark, job, plan.flat, _flat_struct(spark, job, plan, state), join_commit_info(job, info, state))
+    return state
+
+
+def _vector(info: CommitInfo) -> str:
+    from airflow_backfill.engine.joins.watermarks import WATERMARKS
+
+    return info.extra.get(WATERMARKS, "?")
