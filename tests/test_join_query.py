@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_backfill.engine.joins.rounds import round_target
 from airflow_backfill.engine.planning.join_query import plan_join
 from airflow_backfill.exceptions import BackfillConfigError, UnsupportedQueryError
 from airflow_backfill.job import BackfillJob
@@ -180,3 +181,18 @@ def test_a_join_job_round_trips_and_lists_its_upstreams():
                                        "query": "SELECT o_id FROM source", "primary_key": "o_id"})
     assert not single.is_join and [u.name for u in single.upstreams] == ["source"]
     assert "sources" not in single.to_mapping()
+
+
+def test_bounded_rounds_take_the_upstreams_furthest_behind_first():
+    job = BackfillJob.from_mapping({**JOB, "sources": {
+        name: {"table": f"/lake/{name}", "primary_key": ["k"]} for name in ("customer", "orders", "items")}})
+    watermark = {"customer": 0, "orders": 0, "items": 0}
+    latest = {"customer": 2, "orders": 2, "items": 2}
+    targets = []
+    while watermark != latest:
+        watermark = round_target(job, watermark, latest, max_epochs=2, max_bytes=None)
+        targets.append(watermark)
+    assert targets == [{"customer": 1, "orders": 1, "items": 0}, {"customer": 2, "orders": 1, "items": 1},
+                       {"customer": 2, "orders": 2, "items": 2}]
+    assert round_target(job, latest, latest, max_epochs=2, max_bytes=None) == latest
+    assert round_target(job, {**latest, "items": 0}, latest, max_epochs=None, max_bytes=None) == latest

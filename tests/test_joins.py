@@ -104,22 +104,3 @@ def test_left_join_padding_is_retracted_and_restored(spark, tmp_path):
     assert len(vectors) == 1 + len(steps)
     final = sorted(table_rows(job.target).to_pylist(), key=lambda row: row["o_id"])
     assert [(row["o_id"], row["i_line"]) for row in final] == [(2, 0), (3, 1)]
-
-
-def test_bounded_rounds_advance_every_upstream_in_turn(spark, tmp_path):
-    query, names, key = QUERIES["inner_chain"]
-    tables = create_all(str(tmp_path), seed=5, names=names)
-    job = join_job(tables, str(tmp_path / "mv"), query, max_round_epochs=2)
-    run_snapshot(spark, job)
-    rng = random.Random(5)
-    for table in tables.values():
-        for _ in range(2):
-            random_epoch(table, rng)
-    result = run_catch_up(spark, job)
-    vectors = assert_every_join_commit_matches(uris(tables), job.target, query, job.app_id, key=key)
-    assert [r.pending_epochs for r in result.rounds] == [6, 4, 2]
-    assert vectors[1:] == [
-        {"customer": 1, "orders": 1, "items": 0},
-        {"customer": 2, "orders": 1, "items": 1},
-        {"customer": 2, "orders": 2, "items": 2},
-    ]
