@@ -73,7 +73,8 @@ class JoinedTable:
     """(parent's column, own column) of each equality of its join condition."""
     primary_key: tuple[str, ...]
     columns: tuple[str, ...]
-    """The upstream columns a round reads: referenced ones, join columns and the key."""
+    """The upstream columns a round reads: the ones the query refers to and the join
+    columns (the join's rows depend on nothing else, so changes are netted over these)."""
     padded: bool
     """In a LEFT-joined subtree: its columns are NULL in rows its parent kept unmatched."""
 
@@ -152,7 +153,7 @@ def _plan_join(query: str, upstreams: tuple[tuple[str, tuple[str, ...]], ...],
     for index, (name, alias) in enumerate(resolver.tables):
         key = tuple(resolver.actual(name, column, "primary_key") for column in keys[name])
         on = tree.on.get(index, ())
-        wanted = {*read.get(index, ()), *key, *(own for _, own in on),
+        wanted = {*read.get(index, ()), *(own for _, own in on),
                   *(parent for child, pairs in tree.on.items() if tree.parent[child] == index for parent, _ in pairs)}
         tables.append(JoinedTable(
             name=name, alias=alias, parent=tree.parent.get(index), kind=tree.kind.get(index), on=on,
