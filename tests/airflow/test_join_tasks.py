@@ -6,6 +6,7 @@ shows each upstream's lag. Hand-built tables, no Spark."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -158,3 +159,21 @@ def test_lineage_lists_every_upstream_and_where_each_column_comes_from(join_job)
     assert {column: [(f.name, f.field) for f in fields[column].inputFields] for column in fields} == {
         "i_order": [(join_job.upstreams[1].table, "i_order")], "i_line": [(join_job.upstreams[1].table, "i_line")],
         "o_status": [(join_job.upstreams[0].table, "o_status")]}
+
+
+def test_the_q3_example_dag_imports_and_matches_its_job_file(monkeypatch, tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_backfill.job import load_job
+
+    monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path))
+    root = Path(__file__).resolve().parents[2]
+    bag = DagBag(dag_folder=str(root / "dags" / "example_tpch_q3.py"))
+    assert bag.import_errors == {}
+    dag = bag.get_dag("example_tpch_q3")
+    snapshot = dag.get_task("q3.snapshot")
+    assert [asset.uri for asset in snapshot.inlets] == [f"file://{tmp_path}/tpch/{name}"
+                                                        for name in ("customer", "orders", "lineitem")]
+    job = load_job(root / "jobs" / "tpch_q3.yaml")
+    assert job.with_overrides(query=" ".join(job.query.split())) == snapshot.job.with_overrides(
+        query=" ".join(snapshot.job.query.split()))
