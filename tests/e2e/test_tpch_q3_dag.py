@@ -41,7 +41,7 @@ def test_dags_test_maintains_q3_while_orders_and_lineitem_refresh(tmp_path):
     job = example_job(home)
     assert [u.table for u in job.upstreams] == [tables.customer, tables.orders, tables.lineitem]
 
-    refresher = Refresher(tables)
+    refresher = Refresher(tables, interval=3.0)  # each refresh commits to orders and lineitem
     refresher.start()
     try:
         run = run_airflow("dags", "test", "example_tpch_q3", "--conf",

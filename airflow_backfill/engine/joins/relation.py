@@ -68,16 +68,16 @@ def flat_schema(plan: JoinPlan, schemas: Mapping[str, StructType]) -> StructType
 
 
 def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], keys: DataFrame,
-               key_columns: list[str], *, semi_join: bool) -> DataFrame:
+               key_columns: list[str], *, semi_join: bool, bounded: bool = True) -> DataFrame:
     """Table `index` (flat) where its `columns` equal some row of `keys` (`key_columns`, in
     the same order): bounded by the range of the first key column when its type bounds
-    exactly, then semi-joined with the keys when `semi_join`."""
+    exactly (and `bounded`), then semi-joined with the keys when `semi_join`."""
     from pyspark.sql import functions as F
 
     renamed = [f"__key{i}" for i in range(len(key_columns))]  # the keys may be this table's own columns
     keys = keys.select(*(F.col(quote(k)).alias(r) for k, r in zip(key_columns, renamed, strict=True)))
     first = next(f for f in rows.schema.fields if f.name == columns[0])
-    if boundable(first.dataType):
+    if bounded and boundable(first.dataType):
         bounds = keys.agg(F.min(F.col(renamed[0])), F.max(F.col(renamed[0]))).first()
         low, high = (None, None) if bounds is None else bounds
         column = F.col(quote(first.name))
@@ -97,7 +97,9 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
     """`rows` (flat columns of table `start`, plus any carried columns) joined with every
     other table except `skip`, along the tree. The columns of `skip` are NULL (rows in
     which those tables are padded). Intermediate results are cached into `cached` (each
-    is read twice: for the next table's bounds and for its join)."""
+    is read twice: for the next table's bounds and for its join). Without `semi_join` (a
+    snapshot chunk, large and not cached) only the tables next to `start` get bounds:
+    bounds further out would recompute the joins so far."""
     current, included, queue = rows, {start}, [start]
     while queue:
         here = queue.pop(0)
@@ -112,7 +114,7 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
             keys = current.select(*(quote(c) for c in here_columns)).distinct() if semi_join \
                 else current.select(*(quote(c) for c in here_columns))
             other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
-                               semi_join=semi_join)
+                               semi_join=semi_join, bounded=semi_join or here == start)
             condition = _equal(here_columns, [flat_column(plan.tables[there].name, c) for _, c in pairs])
             current = current.join(other, condition, "inner" if kind == INNER else "left")
             included.add(there)
