@@ -91,7 +91,8 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
             frame.unpersist()
         raise
     rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else _no_rows(spark, job, plan, new)
-    return JoinChanges(rows, change_rows, cached)
+    rows = rows.cache()  # an aggregate counts them, then folds them
+    return JoinChanges(rows, change_rows, [*cached, rows])
 
 
 def _netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, old: int,
@@ -125,8 +126,9 @@ def _padding_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, inde
     net = (changes.filter(functools.reduce(lambda a, b: a & b, [F.col(quote(c)).isNotNull() for c in own]))
            .groupBy(*(quote(c) for c in own)).agg(F.sum(SIGN).alias(_NET)).cache())
     cached.append(net)
-    now_rows = restricted(reader(spark, job, plan, {table.name: new_version})(index), plan, index,
-                          [c for _, c in table.on], net, own, semi_join=True)
+    read_new = reader(spark, job, plan, {table.name: new_version})
+    now_rows = restricted(read_new(index), plan, index, [c for _, c in table.on], net, own, semi_join=True,
+                          bounded=read_new.skippable(index))
     now = now_rows.groupBy(*(quote(c) for c in own)).agg(F.count(F.lit(1)).alias(_NOW))
     counted = net.join(now, own, "left").select(*(quote(c) for c in own), F.col(_NET),
                                                 F.coalesce(F.col(_NOW), F.lit(0)).alias(_NOW))
@@ -135,7 +137,8 @@ def _padding_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, inde
     flips = counted.select(*(quote(c) for c in own), sign.alias(SIGN)).filter(F.col(SIGN).isNotNull()).cache()
     cached.append(flips)
     parent_columns = [flat_column(plan.tables[parent].name, c) for c, _ in table.on]
-    parents = restricted(read(parent), plan, parent, [c for c, _ in table.on], flips, own, semi_join=False)
+    parents = restricted(read(parent), plan, parent, [c for c, _ in table.on], flips, own, semi_join=False,
+                         bounded=read.skippable(parent))
     signed_parents = parents.join(flips, functools.reduce(
         lambda a, b: a & b, [F.col(quote(p)) == F.col(quote(o)) for p, o in zip(parent_columns, own, strict=True)]
     )).drop(*own)

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.key_range import boundable
+from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import INNER, JoinPlan, flat_column
 
@@ -29,23 +30,34 @@ if TYPE_CHECKING:
 
     from airflow_backfill.job import BackfillJob
 
-Reader = Callable[[int], "DataFrame"]
-"""Table index -> that upstream's rows (its own column names) as of the version a term reads."""
-
-
 def upstream_uri(job: BackfillJob, name: str) -> str:
     return next(upstream.table for upstream in job.upstreams if upstream.name == name)
 
 
+class Reader:
+    """Reads each upstream as of its version in `versions` (Delta time travel, lazy): table
+    index -> that upstream's rows, with its own column names."""
+
+    def __init__(self, spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> None:
+        self._spark, self._job, self._plan, self._versions = spark, job, plan, dict(versions)
+        self._read: dict[int, DataFrame] = {}
+
+    def __call__(self, index: int) -> DataFrame:
+        if index not in self._read:
+            name = self._plan.tables[index].name
+            self._read[index] = self._spark.read.format("delta").option("versionAsOf", self._versions[name]) \
+                .load(upstream_uri(self._job, name))
+        return self._read[index]
+
+    def skippable(self, index: int) -> bool:
+        """Whether bounds on its join column could skip files: the upstream has several
+        (its latest version's count, from the log; one file is read whole anyway)."""
+        return len(load_table(upstream_uri(self._job, self._plan.tables[index].name)).file_uris()) > 1
+
+
 def reader(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> Reader:
-    """Reads each upstream as of its version in `versions` (Delta time travel, lazy)."""
-
-    @functools.cache
-    def read(index: int) -> DataFrame:
-        name = plan.tables[index].name
-        return spark.read.format("delta").option("versionAsOf", versions[name]).load(upstream_uri(job, name))
-
-    return read
+    """Reads each upstream as of its version in `versions`."""
+    return Reader(spark, job, plan, versions)
 
 
 def flat_rows(rows: DataFrame, plan: JoinPlan, index: int) -> DataFrame:
@@ -114,7 +126,7 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
             keys = current.select(*(quote(c) for c in here_columns)).distinct() if semi_join \
                 else current.select(*(quote(c) for c in here_columns))
             other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
-                               semi_join=semi_join, bounded=semi_join or here == start)
+                               semi_join=semi_join, bounded=(semi_join or here == start) and read.skippable(there))
             condition = _equal(here_columns, [flat_column(plan.tables[there].name, c) for _, c in pairs])
             current = current.join(other, condition, "inner" if kind == INNER else "left")
             included.add(there)
