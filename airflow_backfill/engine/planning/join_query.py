@@ -148,19 +148,17 @@ def _plan_join(query: str, upstreams: tuple[tuple[str, tuple[str, ...]], ...],
     conjuncts = _conjuncts(where.this) if where is not None else []
     tree = _join_tree(select, resolver, conjuncts)
     flat = _flat_select(select, resolver, [c for c in conjuncts if id(c) not in tree.moved])
-    read = resolver.read_columns()
+    read = resolver.read_columns()  # join conditions included
     tables = []
     for index, (name, alias) in enumerate(resolver.tables):
         key = tuple(resolver.actual(name, column, "primary_key") for column in keys[name])
-        on = tree.on.get(index, ())
-        wanted = {*read.get(index, ()), *(own for _, own in on),
-                  *(parent for child, pairs in tree.on.items() if tree.parent[child] == index for parent, _ in pairs)}
         tables.append(JoinedTable(
-            name=name, alias=alias, parent=tree.parent.get(index), kind=tree.kind.get(index), on=on,
-            primary_key=key, columns=tuple(c for c in resolver.columns[name] if c in wanted),
+            name=name, alias=alias, parent=tree.parent.get(index), kind=tree.kind.get(index),
+            on=tree.on.get(index, ()), primary_key=key,
+            columns=tuple(c for c in resolver.columns[name] if c in read.get(index, set())),
             padded=tree.padded(index),
         ))
-    return _keyed_plan(query, tuple(tables), flat.sql(dialect="spark"), tree)
+    return _keyed_plan(query, tuple(tables), flat.sql(dialect="spark"))
 
 
 def _refuse_outside_the_join(select: exp.Select) -> None:
@@ -438,7 +436,7 @@ def _flat_select(select: exp.Select, resolver: _Resolver, where: list[exp.Expr])
     return flat
 
 
-def _keyed_plan(query: str, tables: tuple[JoinedTable, ...], flat_sql: str, tree: _Tree) -> JoinPlan:
+def _keyed_plan(query: str, tables: tuple[JoinedTable, ...], flat_sql: str) -> JoinPlan:
     """Plan the flat query, keyed by the key tables' columns for a stateless join."""
     probe = _readable(tables, lambda: plan_query(flat_sql, ()))  # aggregate or not; refusals by name
     if probe.aggregate is not None:
