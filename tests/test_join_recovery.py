@@ -21,7 +21,6 @@ from join_upstreams import create_all, random_epoch, random_row, sources
 
 import airflow_backfill.engine.aggregates.apply as aggregate_apply
 import airflow_backfill.engine.joins.apply as join_apply
-import airflow_backfill.engine.joins.snapshot as join_snapshot
 import airflow_backfill.engine.phases.snapshot as snapshot_module
 from airflow_backfill.engine.delta.commits import CommitInfo, commit_watermark_only
 from airflow_backfill.engine.phases.catch_up import run_catch_up
@@ -70,7 +69,7 @@ def test_a_killed_join_resumes_at_every_fault_point(spark, tmp_path, monkeypatch
     items.rows.update({(row["i_order"], row["i_line"]): row for row in extra})  # items now has two files
     job = join_job(tables, str(tmp_path / "mv"), STATELESS)
 
-    kill_at(monkeypatch, join_snapshot, "after_chunks=1")
+    kill_at(monkeypatch, snapshot_module, "after_chunks=1")
     with pytest.raises(Killed):
         run_snapshot(spark, job, chunk_bytes=1)
     kill_at(monkeypatch, snapshot_module, "after_write")

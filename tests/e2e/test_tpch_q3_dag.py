@@ -9,9 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from airflow_processes import prepare_database, run_airflow
 from helpers_delta import mv_commits
-from test_tpch_dag import ROOT, Refresher
+from test_tpch_dag import ROOT, airflow_environment, dags_test_under_refreshes
 
 from airflow_backfill import tpch
 from oracle import assert_every_join_commit_matches
@@ -32,27 +31,11 @@ def example_job(home: Path):
 
 
 def test_dags_test_maintains_q3_while_orders_and_lineitem_refresh(tmp_path):
-    home = tmp_path / "tables"
-    env = {**os.environ, "AIRFLOW_BACKFILL_HOME": str(home),
-           "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags")}
-    (tmp_path / "airflow").mkdir()
-    prepare_database(tmp_path / "airflow" / "airflow.db", env)
+    home, env = airflow_environment(tmp_path)
     tables = tpch.load_tpch(str(home / "tpch"), 0.01, files=4, tables=tpch.LOADABLE)
     job = example_job(home)
     assert [u.table for u in job.upstreams] == [tables.customer, tables.orders, tables.lineitem]
-
-    refresher = Refresher(tables, interval=3.0)  # each refresh commits to orders and lineitem
-    refresher.start()
-    try:
-        run = run_airflow("dags", "test", "example_tpch_q3", "--conf",
-                          '{"forward_max_epochs": 1, "forward_idle_timeout": 5}', env=env, timeout=900)
-    finally:
-        refresher.stop.set()
-        refresher.join(timeout=120)
-    output = run.stdout + run.stderr
-    assert run.returncode == 0, output[-5000:]
-    assert refresher.error is None, refresher.error
-    assert {refresh.kind for refresh in refresher.refreshes} == {"RF1", "RF2"}
+    output = dags_test_under_refreshes("example_tpch_q3", env, tables, interval=3.0)  # each: orders and lineitem
     for task in ("pin_epoch", "snapshot", "catch_up", "wait_caught_up", "forward"):
         assert f"q3.{task}" in output
 

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.control import wait_while_paused
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
-from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins.relation import flat_rows, flat_schema, reader, walk
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
 from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
@@ -35,9 +32,8 @@ from airflow_backfill.engine.phases.snapshot import (
     SnapshotResult,
     _commit_snapshot,
     _discard_chunks,
-    _log_progress,
     _reconcile_with_log,
-    _run_chunk,
+    _run_chunks,
     discard_uncreated_mv,
     read_files,
 )
@@ -118,17 +114,8 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
     log.info("snapshot of the join at versions %s: %s chunks of %s (%s already done), %s rows in %s files",
              vector, len(chunks), plan.tables[chunked].name, len(progress.done), progress.rows_total,
              progress.files_total)
-    run_id = uuid.uuid4().hex[:12]
-    chunks_run = 0
-    for chunk in chunks:
-        if chunk.index in progress.done:
-            continue
-        wait_while_paused(job)
-        rows = chunk_source(spark, plan, read, info, chunk, chunked)
-        _run_chunk(spark, job, plan.flat, rows, chunk, progress, run_id, parallelism)
-        chunks_run += 1
-        _log_progress(progress, started)
-        maybe_crash(PHASE, f"after_chunks={len(progress.done)}")
+    chunks_run = _run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
+                             lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked))
     rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema, vector_metadata(job, vector))
     seconds = time.monotonic() - started
     job_state.update_state(job.target, phase=PHASE, snapshot_epoch=vector_sum(vector), snapshot_epochs=vector,

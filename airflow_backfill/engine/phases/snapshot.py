@@ -24,7 +24,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -157,16 +157,8 @@ def _snapshot(
         "snapshot of %s at epoch %s: %s chunks (%s already done), %s rows in %s files",
         job.source, upstream.version, len(chunks), len(progress.done), progress.rows_total, progress.files_total,
     )
-    run_id = uuid.uuid4().hex[:12]
-    chunks_run = 0
-    for chunk in chunks:
-        if chunk.index in progress.done:
-            continue
-        wait_while_paused(job)
-        _run_chunk(spark, job, plan, read_files(spark, upstream, chunk), chunk, progress, run_id, parallelism)
-        chunks_run += 1
-        _log_progress(progress, started)
-        maybe_crash(PHASE, f"after_chunks={len(progress.done)}")
+    chunks_run = _run_chunks(spark, job, plan, chunks, progress, parallelism, started,
+                             lambda chunk: read_files(spark, upstream, chunk))
     rows = _commit_snapshot(spark, job, plan, progress, from_arrow_schema(upstream.schema), output_schema)
     seconds = time.monotonic() - started
     job_state.update_state(
@@ -295,6 +287,25 @@ def _run_chunk(
     )
     save_progress(job.target, progress)
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)
+
+
+def _run_chunks(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, chunks: list[Chunk], progress: SnapshotProgress,
+    parallelism: int | None, started: float, source: Callable[[Chunk], DataFrame],
+) -> int:
+    """Run the chunks not done yet, in order (`source`: a chunk's rows, bound as the
+    query's `source`); returns how many ran."""
+    run_id = uuid.uuid4().hex[:12]
+    chunks_run = 0
+    for chunk in chunks:
+        if chunk.index in progress.done:
+            continue
+        wait_while_paused(job)
+        _run_chunk(spark, job, plan, source(chunk), chunk, progress, run_id, parallelism)
+        chunks_run += 1
+        _log_progress(progress, started)
+        maybe_crash(PHASE, f"after_chunks={len(progress.done)}")
+    return chunks_run
 
 
 def _log_progress(progress: SnapshotProgress, started: float) -> None:
