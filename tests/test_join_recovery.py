@@ -10,6 +10,7 @@ kills a real spark-submit once."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 
@@ -27,7 +28,7 @@ from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import TargetError
+from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.job import BackfillJob
 from oracle import assert_every_join_commit_matches
 
@@ -161,3 +162,17 @@ def test_a_round_refuses_an_mv_whose_vector_disagrees_with_its_watermark(spark, 
                                           r"match its watermark 5"):
         run_catch_up(spark, job)
     assert DeltaTable(job.target).version() == before
+
+
+def test_a_repeated_upstream_key_refuses_the_snapshot_and_leaves_no_mv(spark, tmp_path):
+    tables = create_all(str(tmp_path), seed=25, names=("orders", "items"))
+    orders = tables["orders"]
+    joined = next(row for row in orders.rows.values()
+                  if any(item["i_order"] == row["o_id"] for item in tables["items"].rows.values()))
+    write_deltalake(orders.uri, pa.Table.from_pylist([{**joined, "o_status": "again"}], schema=orders.schema),
+                    mode="append")
+    job = join_job(tables, str(tmp_path / "mv"), "SELECT i.i_order, i.i_line, o.o_status FROM items i "
+                   "JOIN orders o ON i.i_order = o.o_id")
+    with pytest.raises(UpstreamError, match=r"the join holds MV key i_order=\d+, i_line=\d+ 2 times at versions"):
+        run_snapshot(spark, job)
+    assert [name for name in os.listdir(job.target) if name != "_airflow_backfill"] == []

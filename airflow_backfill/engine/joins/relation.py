@@ -101,7 +101,9 @@ def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], 
     if not semi_join:
         return flat
     name = plan.tables[index].name
-    return flat.join(keys, _equal([flat_column(name, c) for c in columns], renamed), "left_semi")
+    # The keys are a round's (few): broadcast, the table's rows are filtered where they are
+    # read. Left to adaptive execution, both sides would be shuffled before it notices.
+    return flat.join(F.broadcast(keys), _equal([flat_column(name, c) for c in columns], renamed), "left_semi")
 
 
 def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: frozenset[int] = frozenset(),

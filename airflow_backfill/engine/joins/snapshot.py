@@ -9,8 +9,8 @@ upstreams along the tree, each read only over the range of join keys the chunk h
 in one idempotent commit per chunk, as a one-upstream snapshot does
 (`phases/snapshot.py`, whose chunk, progress and commit steps this reuses). The last
 commit records the vector (`watermarks`). A stateless join's MV key rests on the
-upstreams' keys, so each upstream's key is proved unique at its pinned version first
-(`verify_primary_key`).
+upstreams' keys: before that commit, the chunks written are proved to hold each MV key
+once (`verify_primary_key`), or removed.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from airflow_backfill.engine.joins.relation import flat_rows, flat_schema, reade
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
 from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
 from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
-from airflow_backfill.engine.phases.repeated_keys import held_times
 from airflow_backfill.engine.phases.snapshot import (
     PHASE,
     SnapshotResult,
@@ -97,9 +96,6 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
     if info.deletion_vectors and len(chunks) > 1:
         chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
     order = file_order(upstream_files)
-    key_proved = progress is not None and progress.key_proved
-    if not key_proved:
-        key_proved = _prove_keys(spark, job, plan, read, vector)
     if progress is None or progress.chunks_total != len(chunks) or progress.file_order != order:
         _discard_chunks(job, plan.flat)
         progress = SnapshotProgress(
@@ -107,7 +103,6 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
             files_total=sum(len(c.files) for c in chunks), bytes_total=sum(c.size for c in chunks),
             file_order=order, epochs=dict(vector),
         )
-    progress.key_proved = key_proved  # saved with the reconciled chunks
     _reconcile_with_log(job, plan.flat, progress, chunks)
     job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING,
                            pinned_epoch=vector_sum(vector), pinned_epochs=vector)
@@ -116,6 +111,7 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
              progress.files_total)
     chunks_run = _run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
                              lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked))
+    _prove_mv_key(spark, job, plan, vector)
     rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema, vector_metadata(job, vector))
     seconds = time.monotonic() - started
     job_state.update_state(job.target, phase=PHASE, snapshot_epoch=vector_sum(vector), snapshot_epochs=vector,
@@ -159,25 +155,33 @@ def _chunked_table(plan: JoinPlan, upstreams: Mapping[str, UpstreamInfo]) -> int
     return max(plan.core(), key=lambda index: (size(index), -index))
 
 
-def _prove_keys(spark: SparkSession, job: BackfillJob, plan: JoinPlan, read: Reader, vector: Mapping[str, int]) -> bool:
-    """Refuse an upstream whose key is not unique at its pinned version, before any chunk is
-    written; True when the keys were proved. A stateless join's MV key rests on them; an
-    aggregate's signed sums do not."""
+def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int]) -> None:
+    """Refuse a stateless join whose chunks hold an MV key twice, before the commit that
+    would create the MV (its chunks are then removed: no MV is left behind).
+
+    The MV key rests on the upstreams' keys; proving it on the output (one shuffle of the
+    MV's key columns) covers what they must guarantee at the pinned versions, at a
+    fraction of proving every upstream's key over all of its rows. A repeated key whose
+    rows join nothing yet is caught by the round that first joins it. An aggregate's
+    signed sums need no unique key.
+    """
     if plan.flat.aggregate is not None:
-        return False
+        return
     if not job.verify_primary_key:
-        log.info("primary-key uniqueness not verified (verify_primary_key: false)")
-        return False
-    for index, table in enumerate(plan.tables):
-        keys = read(index).select(*(quote(c) for c in table.primary_key))
-        duplicate = duplicate_key(keys, table.primary_key)
-        if duplicate is not None:
-            if exists(job.target):
-                discard_uncreated_mv(job.target)
-            discard_progress(job.target)
-            uri = next(u.table for u in job.upstreams if u.name == table.name)
-            raise RepeatedKeyError(list(table.primary_key), uri, held_times(*duplicate, vector[table.name]))
-    return True
+        log.info("MV key uniqueness not verified (verify_primary_key: false)")
+        return
+    if not exists(job.target):
+        return  # no chunk wrote a row
+    keys = spark.read.format("delta").load(job.target).select(*(quote(c) for c in plan.mv_key))
+    duplicate = duplicate_key(keys, plan.mv_key)
+    if duplicate is None:
+        return
+    discard_uncreated_mv(job.target)
+    discard_progress(job.target)
+    key, count = duplicate
+    held = ", ".join(f"{column}={value}" for column, value in key.items())
+    raise RepeatedKeyError(list(plan.mv_key), ", ".join(u.table for u in job.upstreams),
+                           f"the join holds MV key {held} {count} times at versions {dict(vector)}")
 
 
 def chunk_source(spark: SparkSession, plan: JoinPlan, read: Reader, info: UpstreamInfo, chunk: Chunk,
