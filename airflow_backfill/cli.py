@@ -2,7 +2,7 @@
 
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
-    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none] [--reset]
+    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none] [--resume | --reset]
     airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--max-file-size BYTES]
                            [--parallelism N]
     airflow-backfill verify --job FILE [--parallelism N] [--key-ranges N] [--show N]
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
-from airflow_backfill.kafka.cli import add_kafka_status
+from airflow_backfill.kafka.cli import add_kafka_demo, add_kafka_status
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.control import BackfillSettings
@@ -146,12 +146,14 @@ def _add_status(subparsers: Any) -> None:
 
 def _load_job(path: str) -> BackfillJob:
     """The job file's job; with an `aws_conn_id`, its tables on S3 are read with that
-    Airflow connection's credentials (else with the shell's AWS_* variables)."""
-    from airflow_backfill.hooks.delta import DeltaBackfillHook
+    Airflow connection's credentials (else with the shell's AWS_* variables). Airflow is
+    imported only then: it costs seconds per command."""
     from airflow_backfill.job import load_job
 
     job = load_job(path)
     if job.aws_conn_id:
+        from airflow_backfill.hooks.delta import DeltaBackfillHook
+
         DeltaBackfillHook.for_job(job).register_storage()
     return job
 
@@ -284,6 +286,8 @@ def _add_alter(subparsers: Any) -> None:
                         help=f"upstream epochs one catch-up round applies at most; '{_NO_RATE_LIMIT}' lifts it")
     parser.add_argument("--max-round-bytes", type=_round_bound, metavar="BYTES",
                         help=f"change-file bytes one catch-up round reads at most; '{_NO_RATE_LIMIT}' lifts it")
+    parser.add_argument("--resume", action="store_true",
+                        help="lift a pause: the rate limit before it (an earlier override or the job's) applies again")
     parser.add_argument("--reset", action="store_true", help="remove the overrides (back to the job's values)")
     parser.set_defaults(run=_run_alter, rate_limit=_UNSET, max_round_epochs=_UNSET, max_round_bytes=_UNSET)
 
@@ -296,13 +300,18 @@ def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("rate_limit", "max_round_epochs", "max_round_bytes"):
         if getattr(args, key) is not _UNSET:
             overrides[key] = getattr(args, key)
-    if args.reset and overrides:
+    if args.reset and args.resume:
+        raise BackfillConfigError("--reset already lifts a pause; give --reset or --resume, not both.")
+    for flag, what in (("reset", "restores the job's own values"), ("resume", "lifts a pause")):
+        if getattr(args, flag) and overrides:
+            raise BackfillConfigError(
+                f"--{flag} {what} and cannot be combined with "
+                f"{' or '.join('--' + key.replace('_', '-') for key in overrides)}; run alter twice."
+            )
+    if not args.reset and not args.resume and not overrides:
         raise BackfillConfigError(
-            "--reset restores the job's own values and cannot be combined with "
-            f"{' or '.join('--' + key.replace('_', '-') for key in overrides)}; run alter twice."
+            "nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S, --resume or --reset."
         )
-    if not args.reset and not overrides:
-        raise BackfillConfigError("nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S or --reset.")
     return overrides
 
 
@@ -327,8 +336,8 @@ def _run_alter(args: argparse.Namespace) -> int:
 
     overrides = _requested_overrides(args)  # usage errors first, before the job file is read
     job = _load_job(args.job)
-    result = apply_alter(job, overrides, reset=args.reset)
-    action = "reset to the job's values" if args.reset else "altered"
+    result = apply_alter(job, overrides, reset=args.reset, resume=args.resume)
+    action = "reset to the job's values" if args.reset else "resumed" if args.resume else "altered"
     print(f"job {job.name}: {action}: {_describe(result.before)} -> {_describe(result.after)}")
     print(result.safe_point.message)
     return EXIT_OK
@@ -383,6 +392,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_alter,
     _add_maintain,
     add_kafka_status,
+    add_kafka_demo,
     _add_verify,
 )
 

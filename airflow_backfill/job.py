@@ -60,6 +60,19 @@ def validate_optional_cap(name: str, value: Any) -> int | None:
     return _positive_int(name, value, 10**15)
 
 
+ROUND_PLANS = ("auto", "incremental", "recompute")
+
+
+def validate_round_plan(value: Any) -> str:
+    """Validate how rounds apply their changes (see `BackfillJob.round_plan`)."""
+    if value not in ROUND_PLANS:
+        raise BackfillConfigError(
+            f"round_plan must be one of {', '.join(ROUND_PLANS)}, got {value!r}; use auto unless you "
+            "want to force incremental rounds or whole recomputes."
+        )
+    return str(value)
+
+
 DEFAULT_MAX_STALLED_ROUNDS = 3
 MAX_STALLED_ROUNDS_LIMIT = 1000
 """Upper bound for max_stalled_rounds: a lag that has not reached a new low for this long never will."""
@@ -193,6 +206,12 @@ class BackfillJob:
     proof is a shuffle of the key columns; set False only when the upstream guarantees its
     key (e.g. it is another job's MV keyed the same way): a duplicate key then goes
     undetected, appended twice or netted to one row."""
+    round_plan: str = "auto"
+    """How catch-up and forward rounds apply their changes: `auto` takes the way with the
+    cheapest estimate, recomputing the whole MV when that is cheaper than applying the
+    changes; `incremental` never recomputes; `recompute` always does (docs/round-plans.md).
+    A join's rounds never recompute (`recompute` is refused for one; auto and incremental
+    choose among the keyed writes)."""
     aws_conn_id: str | None = None
     """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
     tables on S3. Its credentials reach spark-submit as environment variables only."""
@@ -231,6 +250,12 @@ class BackfillJob:
         validate_optional_cap("max_round_bytes", self.max_round_bytes)
         if self.aws_conn_id is not None and (not isinstance(self.aws_conn_id, str) or not self.aws_conn_id.strip()):
             raise BackfillConfigError(f"aws_conn_id must be an Airflow connection id, got {self.aws_conn_id!r}.")
+        validate_round_plan(self.round_plan)
+        if self.is_join and self.round_plan == "recompute":
+            raise BackfillConfigError(
+                "round_plan recompute is not available for a join (`sources`): a join's rounds always apply "
+                "their changes; use auto or incremental, or rerun the snapshot into a new target."
+            )
         if not isinstance(self.verify_primary_key, bool):
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."

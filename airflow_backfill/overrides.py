@@ -18,9 +18,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.job import validate_lag_threshold, validate_parallelism, validate_rate_limit
+from airflow_backfill.job import (
+    validate_lag_threshold,
+    validate_parallelism,
+    validate_rate_limit,
+    validate_round_plan,
+)
 
-JOB_KEYS = ("backfill_parallelism", "parallelism", "rate_limit", "lag_threshold")
+JOB_KEYS = ("backfill_parallelism", "parallelism", "rate_limit", "lag_threshold", "round_plan")
 """Overrides applied to the job for this run."""
 FORWARD_KEYS = ("forward_max_epochs", "forward_idle_timeout")
 """Bounds of this run's forward phase."""
@@ -66,6 +71,8 @@ def validate_overrides(conf: Mapping[str, Any] | None, origin: str = "dag_run.co
             checked[key] = validate_rate_limit(value)
         elif key == "lag_threshold":
             checked[key] = validate_lag_threshold(value)
+        elif key == "round_plan":
+            checked[key] = validate_round_plan(value)
         elif key == "forward_max_epochs":
             checked[key] = _optional_positive_int(key_origin, value)
         else:

@@ -49,13 +49,14 @@ def delta_table_asset(location: str) -> Asset:
 
 
 def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
-    """The MV as an Airflow Asset (`file://<target>`), for outlets and downstream schedules."""
+    """The MV as an Airflow Asset (`file://<target>`, or its `s3://` URI), for outlets and
+    downstream schedules."""
     return delta_table_asset(as_job(job).target)
 
 
 def upstream_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
-    """The job's upstream as an Airflow Asset (`file://<source>`), the phases' inlet (the
-    first upstream of a join; `upstream_assets` lists them all)."""
+    """The job's upstream as an Airflow Asset (`file://<source>`, or its `s3://` URI), the
+    phases' inlet (the first upstream of a join; `upstream_assets` lists them all)."""
     return upstream_assets(job)[0]
 
 

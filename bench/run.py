@@ -7,13 +7,15 @@ nothing downloaded), then measures, each configuration in its own process:
 
 1. snapshot overhead: engine snapshot vs a plain Spark job over the same files;
 2. scaling: the snapshot at backfill parallelism 1 and 2;
-3. catch-up cost: 10%, 1% and 0.1% updated rows against recomputing the MV, and
-   RF1 + RF2 refresh pairs against recomputing the Q1 aggregate and the stateless MV,
-   each beside the floor of any round over the same epochs (reading its change feed,
-   locating its keys in the MV, its commits);
+3. catch-up cost: 10%, 1% and 0.1% updated rows, 1% of the newest orders' rows and one
+   row, and RF1 + RF2 refresh pairs on the Q1 aggregate and the stateless MV, each
+   against a plain Spark recompute of the MV at the same version (and the engine's own
+   snapshot), beside the floor of any round over the same epochs (reading its change
+   feed, locating its keys in the MV, its commits);
 4. forward freshness: upstream commit to MV commit, one upstream epoch a second;
 5. orchestration overhead: `airflow dags test` against the phases' Spark time;
-6. peak memory of every case.
+6. peak memory of every case;
+7. (`submit`) catch-up and a plain recompute each as its own spark-submit, as a DAG runs them.
 
 Prints a table, writes the JSON (see docs/benchmarks.md for what each figure means).
 """
@@ -40,7 +42,9 @@ from bench import report  # noqa: E402
 from bench.measure import stopwatch  # noqa: E402
 from bench.workload import WARM_UP_SCALE_FACTOR  # noqa: E402
 
-SECTIONS = ("snapshot_overhead", "scaling", "catch_up", "refresh", "freshness", "orchestration")
+SECTIONS = ("snapshot_overhead", "scaling", "catch_up", "refresh", "freshness", "orchestration", "submit")
+PARENT_SECTIONS = ("orchestration", "submit")
+"""Sections that start their own processes (Airflow, spark-submit) from this one."""
 CHILD_TIMEOUT_S = 30 * 60
 
 
@@ -90,7 +94,7 @@ def plan_children(sections: tuple[str, ...], quick: bool, backfill_parallelism: 
     section its own process, so each peak memory is its own; quick runs group sections
     by parallelism to pay the JVM start only twice.
     """
-    spark_sections = [s for s in sections if s != "orchestration"]
+    spark_sections = [s for s in sections if s not in PARENT_SECTIONS]
     scaling_parallelisms = [1] if "snapshot_overhead" in spark_sections else [1, backfill_parallelism]
     if quick:
         backfill = tuple(s for s in spark_sections if s in ("snapshot_overhead", "catch_up", "refresh"))
@@ -187,6 +191,20 @@ def _speedup(scaling: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _submit_section(work_dir: str, tables: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Catch-up and the plain recompute each as its own spark-submit (bench/submit.py)."""
+    from bench.submit import submitted_catch_up
+
+    print("[bench] submit: catch-up and plain recompute, each its own spark-submit", flush=True)
+    with stopwatch() as elapsed:
+        try:
+            section = submitted_catch_up(work_dir, tables, args)
+        except Exception as error:  # reported like a failed child section
+            section = {"status": f"failed: {type(error).__name__}: {str(error)[-500:]}"}
+    section["section_s"] = round(elapsed(), 3)
+    return section
+
+
 def machine() -> dict[str, Any]:
     try:
         import psutil
@@ -247,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             if memory is not None:
                 result["memory"]["orchestration"] = memory
             result["orchestration"] = orchestration
+        if "submit" in args.sections:
+            result["submit"] = _submit_section(work_dir, tables, args)
     meta.update(seconds=round(elapsed(), 1), load_after=_load())
     result = {"meta": meta, **result}
     failed = any(str(section.get("status", "")).startswith("failed") for section in result.values()

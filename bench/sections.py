@@ -27,6 +27,7 @@ from bench.workload import (
     Workspace,
     freshness_latencies,
     lineitem_job,
+    plain_recompute,
     plain_spark_job,
     query_support,
     upstream_files,
@@ -43,11 +44,13 @@ MV_NAME = "bench_lineitem_mv"
 """The long-lived MV that catch-up creates and forward keeps fresh."""
 SNAPSHOT_STEPS = ("mv_schema", "_run_chunk", "_prove_key", "commit_watermark_only")
 """Engine snapshot steps timed separately to say where the time goes."""
-APPLY_STEPS = ("check_schema_unchanged", "merge_keyed")
+APPLY_STEPS = ("check_schema_unchanged", "prepare", "write", "recompute_stateless", "recompute_aggregate")
 """Steps of one catch-up round or forward commit timed separately (engine/phases/apply.py, and
-engine/aggregates/apply.py for an aggregate's state and MV merges): the log checks and
-Delta's MERGE (with the watermark); the rest of `apply_epochs` is Spark reading the change
-feed, netting and mapping the changes (and counting them for the commit's metadata)."""
+engine/aggregates/apply.py for an aggregate's state and MV): the log checks; `prepare`, which
+holds the keyed changes in memory (netting and mapping them) and reads the facts the plan
+needs; `write`, the commit in the way the plan chose (with the watermark); a recompute. The
+rest of `apply_epochs` is Spark reading the change feed (and counting it for the commit's
+metadata) and planning."""
 
 
 @dataclass(frozen=True)
@@ -212,14 +215,40 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
     result: dict[str, Any] = {"parallelism": settings.parallelism, "initial_snapshot_s": round(elapsed(), 3),
                               "mv_rows": initial.rows, "mv_files": _file_count(job.target), "shares": {}}
     warm_up_apply(spark, settings, job)
+    warm_up_plain(spark, settings, "stateless")
     for share in (0.1, 0.01, 0.001):
         result["shares"][str(share)] = _catch_up_case(spark, settings, job, share)
     result["newest"] = {"share": NEWEST_SHARE, **_catch_up_case(spark, settings, job, NEWEST_SHARE, newest=True)}
+    result["one_row"] = _catch_up_case(spark, settings, job, ONE_ROW_SHARE)
     return result
 
 
 NEWEST_SHARE = 0.01
 """Share of the line items the key-clustered case updates (those of the newest orders)."""
+ONE_ROW_SHARE = 1e-12
+"""A share so small that `tpch update` changes a single line item (it updates at least one)."""
+
+
+def plain_target(settings: SectionSettings, kind: str) -> str:
+    """The table the plain recompute overwrites, kept between cases as a user's would be."""
+    return os.path.join(settings.workspace.root, "plain", kind)
+
+
+def timed_plain_recompute(spark: SparkSession, settings: SectionSettings, kind: str, version: int) -> float:
+    """Seconds of the plain Spark recompute of the `kind` MV at `version` (the baseline)."""
+    with stopwatch() as elapsed:
+        plain_recompute(spark, settings.workspace.tables.lineitem, version, QUERIES[kind], plain_target(settings, kind))
+    return round(elapsed(), 3)
+
+
+def warm_up_plain(spark: SparkSession, settings: SectionSettings, kind: str) -> None:
+    """One unmeasured plain recompute (over the small warm-up copy): the baseline's first
+    run in a JVM compiles its code paths, as the engine's warm-up does for its own."""
+    from airflow_backfill.engine.delta.log import latest_version
+
+    tables = settings.workspace.warm_up_tables
+    plain_recompute(spark, tables.lineitem, latest_version(tables.lineitem), QUERIES[kind],
+                    settings.workspace.scratch(f"plain-warm-up-{kind}"))
 
 
 def _catch_up_case(
@@ -238,6 +267,7 @@ def _catch_up_case(
     with settings.memory.window() as catch_up_peak, timing_apply(timer), stopwatch() as catch_up_elapsed:
         caught_up = run_catch_up(spark, job, parallelism=settings.parallelism)
     steps = apply_breakdown(timer.take(), len(caught_up.rounds))
+    plain_s = timed_plain_recompute(spark, settings, "stateless", version)
     recompute_target = workspace.scratch(f"recompute-{share}")
     recompute_job = lineitem_job(workspace, "bench_recompute", recompute_target, QUERIES["stateless"],
                                  backfill_parallelism=settings.parallelism)
@@ -245,6 +275,9 @@ def _catch_up_case(
         run_snapshot(spark, recompute_job, epoch=version, parallelism=settings.parallelism)
     shutil.rmtree(recompute_target, ignore_errors=True)
     return {
+        "plans": [r.plan for r in caught_up.rounds],
+        "plain_s": plain_s,
+        "speedup": round(plain_s / catch_up_elapsed(), 3),
         "updated_rows": updated,
         "upstream_merge_s": round(upstream_elapsed(), 3),
         "catch_up_s": round(catch_up_elapsed(), 3),
@@ -256,7 +289,7 @@ def _catch_up_case(
         "jvm_peak_mib": catch_up_peak.get("peak_jvm_rss_mib"),
         "change_rows": sum(r.change_rows for r in caught_up.rounds),
         "recompute_s": round(recompute_elapsed(), 3),
-        "ratio": round(catch_up_elapsed() / recompute_elapsed(), 3),
+        "speedup_vs_snapshot": round(recompute_elapsed() / catch_up_elapsed(), 3),
         "floor_s": round_floor(spark, job, watermark, version),
     }
 
@@ -312,6 +345,7 @@ def _refresh_pairs(spark: SparkSession, settings: SectionSettings, kind: str) ->
                                  QUERIES[kind], backfill_parallelism=settings.parallelism)
     run_snapshot(spark, recompute_job, parallelism=settings.parallelism)  # unmeasured warm-up
     shutil.rmtree(recompute_job.target, ignore_errors=True)
+    warm_up_plain(spark, settings, kind)
     rounds: list[dict[str, Any]] = []
     for _ in range(settings.repeats):
         watermark = current_watermark(job)
@@ -320,25 +354,30 @@ def _refresh_pairs(spark: SparkSession, settings: SectionSettings, kind: str) ->
         timer = PhaseTimer()
         with settings.memory.window() as peak, timing_apply(timer), stopwatch() as catch_up_elapsed:
             caught_up = run_catch_up(spark, job, parallelism=settings.parallelism)
+        plain_s = timed_plain_recompute(spark, settings, kind, rf2.lineitem_version)
         with stopwatch() as recompute_elapsed:
             run_snapshot(spark, recompute_job, epoch=rf2.lineitem_version, parallelism=settings.parallelism)
         shutil.rmtree(recompute_job.target, ignore_errors=True)
         rounds.append({
             "inserted_lineitems": rf1.lineitems, "deleted_lineitems": rf2.lineitems,
-            "change_rows": sum(r.change_rows for r in caught_up.rounds),
-            "catch_up_s": round(catch_up_elapsed(), 3), "recompute_s": round(recompute_elapsed(), 3),
+            "change_rows": sum(r.change_rows for r in caught_up.rounds), "plans": [r.plan for r in caught_up.rounds],
+            "catch_up_s": round(catch_up_elapsed(), 3), "plain_s": plain_s,
+            "recompute_s": round(recompute_elapsed(), 3),
             "round_steps_s": apply_breakdown(timer.take(), len(caught_up.rounds)),
             "catch_up_peak_rss_mib": peak.get("peak_rss_mib"),
             "floor_s": round_floor(spark, job, watermark, rf2.lineitem_version),
         })
     catch_up_median = median([r["catch_up_s"] for r in rounds])
+    plain_median = median([r["plain_s"] for r in rounds])
     recompute_median = median([r["recompute_s"] for r in rounds])
     floor_median = median([r["floor_s"]["total"] for r in rounds])
     return {
         "initial_snapshot_s": round(elapsed(), 3), "mv_rows": initial.rows, "refresh_pairs": rounds,
-        "catch_up_median_s": round(catch_up_median, 3), "recompute_median_s": round(recompute_median, 3),
-        "speedup": round(recompute_median / catch_up_median, 2),
-        "floor_median_s": round(floor_median, 3), "ceiling_speedup": round(recompute_median / floor_median, 2),
+        "catch_up_median_s": round(catch_up_median, 3), "plain_median_s": round(plain_median, 3),
+        "recompute_median_s": round(recompute_median, 3),
+        "speedup": round(plain_median / catch_up_median, 2),
+        "speedup_vs_snapshot": round(recompute_median / catch_up_median, 2),
+        "floor_median_s": round(floor_median, 3), "ceiling_speedup": round(plain_median / floor_median, 2),
     }
 
 

@@ -1,8 +1,9 @@
 """Example: an MV over a Kafka topic, backfilled per partition while the source job ingests it.
 
-Run with `AIRFLOW_BACKFILL_KAFKA=host:port airflow dags test example_kafka_orders_mv` once a
-Kafka broker at that address serves the topic named in jobs/kafka_orders_mv.yaml (the
-tests start one on loopback from the jars in jars/kafka-broker: tests/kafka_fixtures.py).
+The brokers come from the Airflow connection `kafka_default` named in
+jobs/kafka_orders_mv.yaml. `airflow-backfill kafka-demo` starts a broker on 127.0.0.1:9092
+with the topic and a producer, and `scripts/env.sh` defines the connection for it; then
+`airflow dags test example_kafka_orders_mv` (see docs/kafka.md).
 """
 
 from __future__ import annotations
@@ -19,13 +20,9 @@ from airflow_backfill.kafka.task_group import kafka_backfill_task_group
 JOB_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs", "kafka_orders_mv.yaml")
 
 
-
 def _pipeline() -> KafkaPipeline:
     with open(JOB_FILE, encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
-    if os.environ.get("AIRFLOW_BACKFILL_KAFKA"):
-        data["upstream"]["bootstrap_servers"] = os.environ["AIRFLOW_BACKFILL_KAFKA"]
-    return KafkaPipeline.from_mapping(data, origin=JOB_FILE)
+        return KafkaPipeline.from_mapping(yaml.safe_load(handle), origin=JOB_FILE)
 
 
 # [START example_kafka_orders_mv]
@@ -36,5 +33,7 @@ with DAG(
     catchup=False,
     tags=["airflow_backfill", "kafka"],
 ):
-    kafka_backfill_task_group(_pipeline(), source_idle_timeout=5.0)
+    # The source job runs beside the backfill and ends once every split is Finished, so
+    # a test run ends; drop source_job_until_finished to keep it ingesting.
+    kafka_backfill_task_group(_pipeline(), source_job_until_finished=True)
 # [END example_kafka_orders_mv]

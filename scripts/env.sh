@@ -8,6 +8,8 @@ export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_root/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW_BACKFILL_HOME="${AIRFLOW_BACKFILL_HOME:-$_root/.airflow_backfill}"
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-spark://local?deploy-mode=client}"
+# The Kafka connection of jobs/kafka_orders_mv.yaml: the broker `airflow-backfill kafka-demo` starts.
+export AIRFLOW_CONN_KAFKA_DEFAULT="${AIRFLOW_CONN_KAFKA_DEFAULT:-{\"conn_type\": \"kafka\", \"extra\": {\"bootstrap.servers\": \"127.0.0.1:9092\"}}}"
 export PYSPARK_PYTHON="$_root/.venv/bin/python"
 # spark-defaults.conf with Delta's jars, extension and catalog (written by fetch_jars.sh).
 export SPARK_CONF_DIR="${SPARK_CONF_DIR:-$_root/jars/conf}"

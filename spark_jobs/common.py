@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import logging
 import sys
@@ -16,20 +15,19 @@ log = logging.getLogger("airflow_backfill")
 
 
 def job_arguments(parser: argparse.ArgumentParser) -> None:
-    """--job FILE | --job-json JSON | --job-b64 BASE64 (the operators use base64 JSON)."""
+    """--job FILE | --job-json JSON (the operators write the job to a file, see
+    airflow_backfill/operators/job_file.py)."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--job", help="path of a YAML job file")
+    source.add_argument("--job", help="path of a job file (YAML or JSON)")
     source.add_argument("--job-json", help="the job as a JSON object")
-    source.add_argument("--job-b64", help="the job as base64-encoded JSON (safe inside templates)")
     parser.add_argument("--parallelism", type=int, help="Spark parallelism of this phase")
 
 
 def resolve_job(args: argparse.Namespace) -> BackfillJob:
     if args.job:
         return load_job(args.job)
-    text = args.job_json if args.job_json else base64.b64decode(args.job_b64).decode()
     try:
-        data = json.loads(text)
+        data = json.loads(args.job_json)
     except json.JSONDecodeError as error:
         raise BackfillConfigError(f"--job-json is not valid JSON: {error}") from None
     return BackfillJob.from_mapping(data, origin="--job-json")

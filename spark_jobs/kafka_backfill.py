@@ -43,15 +43,18 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         from airflow_backfill.engine.spark_session import build_spark_session
-        from airflow_backfill.kafka.source_backfill import run_backfill
+        from airflow_backfill.engine.writer_lock import writer_lock
+        from airflow_backfill.kafka.liveness import BACKFILL, beating
+        from airflow_backfill.kafka.source_backfill import PHASE, run_backfill
 
         job = resolve_pipeline(args.job).backfill
-        spark = build_spark_session(f"airflow_backfill:{job.name}:kafka_backfill", job.backfill_parallelism)
-        try:
-            result = run_backfill(spark, job, poll_interval=args.poll_interval, timeout=args.timeout,
-                                  should_stop=stop.is_set)
-        finally:
-            spark.stop()
+        with writer_lock(job.target, job.name, PHASE), beating(job.target, BACKFILL):
+            spark = build_spark_session(f"airflow_backfill:{job.name}:kafka_backfill", job.backfill_parallelism)
+            try:
+                result = run_backfill(spark, job, poll_interval=args.poll_interval, timeout=args.timeout,
+                                      should_stop=stop.is_set)
+            finally:
+                spark.stop()
         log.info("kafka_backfill: round %s, finished=%s", result.round, result.finished)
         return 0
 

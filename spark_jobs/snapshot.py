@@ -1,6 +1,10 @@
 """spark-submit entry point of the snapshot phase.
 
-    spark-submit spark_jobs/snapshot.py --job JOB.yaml [--epoch N | --epochs JSON] [--parallelism N]
+    spark-submit spark_jobs/snapshot.py --job JOB.yaml [--epoch N | --epochs VERSIONS] [--parallelism N]
+
+A join's `--epochs` names every upstream's version, as `orders=5,lineitem=7` (what the
+snapshot task passes: its logged command pastes into a shell as it is) or as a JSON
+object, `'{"orders": 5, "lineitem": 7}'`.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     job_arguments(parser)
     pinned = parser.add_mutually_exclusive_group()
     pinned.add_argument("--epoch", type=int, help="upstream version to pin (default: latest)")
-    pinned.add_argument("--epochs", help='a join\'s upstream versions to pin, as JSON: {"orders": 5, ...}')
+    pinned.add_argument("--epochs", help='a join\'s upstream versions to pin: orders=5,lineitem=7 or the JSON '
+                        '{"orders": 5, "lineitem": 7}')
     parser.add_argument(
         "--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES,
         help="upstream bytes per snapshot chunk, the unit of progress and resumption",
@@ -40,13 +45,20 @@ def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
 
 
 def _versions(parser: argparse.ArgumentParser, text: str) -> dict[str, int]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or not all(
+    value: object
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+    else:
+        pairs = [pair.partition("=") for pair in text.split(",")]
+        value = {name.strip(): int(version) if version.strip().isdigit() else None
+                 for name, equals, version in pairs if equals} if all(equals for _, equals, _ in pairs) else None
+    if not isinstance(value, dict) or not value or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()):
-        parser.error(f"--epochs must be a JSON object of upstream versions, e.g. {{\"orders\": 5}}, got {text!r}")
+        parser.error(f"--epochs must name each upstream's version, e.g. orders=5,lineitem=7 or "
+                     f"{{\"orders\": 5, \"lineitem\": 7}}, got {text!r}")
     return {str(name): int(version) for name, version in value.items()}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 from collections import Counter
 
@@ -46,6 +48,30 @@ def mv_commits(target: str) -> list[dict]:
         if "airflow_backfill.phase" in metadata:
             commits.append({**entry, **metadata})
     return commits
+
+
+def round_plans(target: str) -> list[str]:
+    """How each catch-up or forward commit of the MV wrote its changes (its recorded plan)."""
+    return [json.loads(commit["airflow_backfill.plan"])["plan"] for commit in mv_commits(target)
+            if "airflow_backfill.plan" in commit]
+
+
+def cycle_write_ways(monkeypatch, ways: tuple[str, ...] = ("merge", "replace", "overwrite")) -> None:
+    """Make every incremental write take the next of `ways` in turn, whatever its estimates
+    say, so that one test sees each way's change feed (tiny test tables would otherwise
+    always be overwritten)."""
+    from airflow_backfill.engine.aggregates import apply as aggregate_apply
+    from airflow_backfill.engine.phases import apply
+
+    turns = itertools.cycle(ways)
+    planned = apply.plan_round
+
+    def next_way(job, estimates, facts):
+        chosen = planned(job, estimates, facts)
+        return chosen if chosen.plan == "recompute" else dataclasses.replace(chosen, plan=next(turns))
+
+    monkeypatch.setattr(apply, "plan_round", next_way)
+    monkeypatch.setattr(aggregate_apply, "_cheapest", lambda estimates: next(turns))
 
 
 def append_orders(uri: str, order_ids: list[int]) -> int:

@@ -43,3 +43,20 @@ def assert_oracle(target: str, produced: list[ProducedRecord]) -> dict[int, int]
     assert len(actual) == len(set(actual)), "the MV holds a record twice"
     assert actual == expected, f"MV differs from the oracle at offsets {offsets}: {len(actual)} vs {len(expected)} rows"
     return offsets
+
+
+def assert_source_table(table: str, produced: list[ProducedRecord]) -> dict[int, int]:
+    """The source job's table holds every produced record at or below its committed offsets,
+    each once; the offsets it was checked at."""
+    import pyarrow as pa
+
+    from airflow_backfill.kafka.positions import source_position
+
+    offsets = source_position(table).offsets
+    data = pa.table(QueryBuilder().register("t", DeltaTable(table)).execute(
+        "select id, _partition, _offset from t").read_all()).to_pylist()
+    actual = sorted((r["_partition"], r["_offset"], r["id"]) for r in data)
+    expected = sorted((r.partition, r.offset, r.value["id"]) for r in produced if r.offset <= offsets.get(r.partition, -1))
+    assert len(actual) == len(set(actual)), "the source table holds a record twice"
+    assert actual == expected, f"source table differs from the records at offsets {offsets}: {len(actual)} vs {len(expected)}"
+    return offsets

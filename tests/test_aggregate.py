@@ -41,8 +41,11 @@ def row(g=None, h=None, x=None, d=None, f=None, s=None) -> dict:
 
 
 def job_for(tables: dict[str, str], query: str) -> BackfillJob:
+    """An aggregate job whose rounds stay incremental: what these tests check is how a round
+    folds changes into the state (a recompute, tested in test_round_plans.py, reads the whole
+    upstream; the planner may take it when a loaded machine makes rounds slow)."""
     return BackfillJob(name="agg", query=query, primary_key=["id"], lag_threshold=0, poll_interval=0.05,
-                       backfill_parallelism=1, parallelism=1, **tables)
+                       backfill_parallelism=1, parallelism=1, round_plan="incremental", **tables)
 
 
 def forward_one(spark, job: BackfillJob) -> None:

@@ -122,16 +122,27 @@ def test_report_says_missed_targets_and_unavailable_sections() -> None:
     assert report.markdown(result).startswith("| measurement |")
 
 
-def test_report_bounds_each_catch_up_by_its_floor() -> None:
+def test_report_compares_each_catch_up_with_the_plain_recompute_and_its_floor() -> None:
     result = {
-        "catch_up": {"shares": {"0.01": {"catch_up_s": 10.0, "recompute_s": 7.0,
-                                         "floor_s": {"feed": 0.5, "locate": 0.6, "commits": 0.4, "total": 1.5}}}},
-        "refresh": {"parallelism": 2, "aggregate": {"speedup": 0.96, "catch_up_median_s": 5.5,
-                                                    "recompute_median_s": 5.28, "floor_median_s": 1.76}},
+        "meta": {"scale_factor": 1.0},
+        "catch_up": {"shares": {"0.01": {"catch_up_s": 3.5, "plain_s": 7.0, "speedup": 2.0, "recompute_s": 9.0,
+                                         "speedup_vs_snapshot": 2.57, "plans": ["replace"],
+                                         "floor_s": {"feed": 0.5, "locate": 0.6, "commits": 0.4, "total": 1.5}},
+                                "0.1": {"catch_up_s": 8.0, "plain_s": 7.0, "speedup": 0.88, "plans": ["recompute"]}},
+                     "one_row": {"catch_up_s": 1.2, "plain_s": 4.0, "speedup": 3.33, "plans": ["replace"]}},
+        "refresh": {"parallelism": 2, "aggregate": {"speedup": 2.8, "catch_up_median_s": 1.5, "plain_median_s": 4.2,
+                                                    "speedup_vs_snapshot": 3.5, "floor_median_s": 0.7,
+                                                    "refresh_pairs": [{"plans": ["incremental (state overwrite, mv overwrite)"]}]}},
     }
-    text = report.render(result)
-    assert "floor 1.50 s, so at most 4.7x" in text
-    assert "floor 1.76 s, so at most 3.0x" in text
+    rows = {row[0]: row for row in report.rows(result)}
+    one_pct = rows["3. catch-up of 1.0% updated rows"]
+    assert one_pct[1].startswith("2.00x (3.50 s vs plain 7.00 s; vs snapshot 2.57x; plan replace")
+    assert "floor 1.50 s, so at most 4.7x" in one_pct[1] and one_pct[2:] == (">= 1.0x", "met")
+    assert rows["3. catch-up of 10.0% updated rows"][2:] == (">= 1.0x", "MISSED")  # never slower than plain
+    assert rows["3. catch-up of one updated row"][2:] == ("<= 1.5 s", "met")
+    q1 = rows["3. Q1 aggregate: one RF1 + RF2 pair (p2)"]
+    assert "plan incremental (state overwrite, mv overwrite)" in q1[1] and "at most 6.0x" in q1[1]
+    assert q1[2:] == (">= 3.0x", "MISSED")
 
 
 def _numbers(*values: object) -> bool:
@@ -164,28 +175,33 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
 
     assert _numbers(result["scaling"]["speedup"], result["scaling"]["p1_median_s"], result["scaling"]["p2_median_s"],
                     result["scaling"]["plain_speedup"])
+    cases = [*result["catch_up"]["shares"].values(), result["catch_up"]["newest"], result["catch_up"]["one_row"]]
+    for case in cases:
+        assert case["updated_rows"] >= 1 and case["plans"], case
+        assert _numbers(case["speedup"], case["catch_up_s"], case["plain_s"], case["recompute_s"])
+        assert case["speedup"] == round(case["plain_s"] / case["catch_up_s"], 3)
+    assert result["catch_up"]["one_row"]["updated_rows"] == 1
     for share in ("0.1", "0.01", "0.001"):
         case = result["catch_up"]["shares"][share]
-        assert case["updated_rows"] >= 1 and _numbers(case["ratio"], case["catch_up_s"], case["recompute_s"])
         assert _numbers(case["driver_python_peak_mib"]) and case["driver_python_peak_mib"] > 0
         assert 0 < case["driver_python_start_mib"] <= case["driver_python_peak_mib"]
         floor = case["floor_s"]
         assert abs(floor["total"] - (floor["feed"] + floor["locate"] + floor["commits"])) < 0.005 and floor["locate"] > 0
-    newest = result["catch_up"]["newest"]
-    assert newest["updated_rows"] >= 1 and _numbers(newest["ratio"], newest["catch_up_s"], newest["recompute_s"])
     assert result["catch_up"]["mv_files"] >= 1
     for kind in ("aggregate", "stateless"):
         refresh = result["refresh"][kind]
         assert len(refresh["refresh_pairs"]) == 1
         assert all(pair["inserted_lineitems"] >= 1 and pair["deleted_lineitems"] >= 1 and pair["change_rows"] >= 2
                    for pair in refresh["refresh_pairs"])
-        assert _numbers(refresh["speedup"], refresh["catch_up_median_s"], refresh["recompute_median_s"])
+        assert _numbers(refresh["speedup"], refresh["catch_up_median_s"], refresh["plain_median_s"],
+                        refresh["recompute_median_s"])
+        assert refresh["refresh_pairs"][0]["plans"], refresh
         floor = refresh["refresh_pairs"][0]["floor_s"]
         assert 0 < floor["feed"] < floor["total"] and 0 < floor["commits"] < floor["total"], floor
         assert (floor["locate"] > 0) == (kind == "stateless"), floor
-        assert refresh["ceiling_speedup"] == round(refresh["recompute_median_s"] / refresh["floor_median_s"], 2)
+        assert refresh["ceiling_speedup"] == round(refresh["plain_median_s"] / refresh["floor_median_s"], 2)
         steps = refresh["refresh_pairs"][0]["round_steps_s"]
-        assert steps["merge_keyed"] > 0, steps
+        assert steps["write"] > 0 and steps["prepare"] > 0, steps
 
     freshness = result["freshness"]
     assert freshness["epochs"] == 4 and freshness["epochs_reflected"] == 4
@@ -197,3 +213,31 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
     assert {"snapshot_overhead p2", "catch_up p2", "refresh p2", "scaling p1", "freshness p1"} <= set(memory)
     assert all(_numbers(peak["peak_rss_mib"]) and peak["peak_rss_mib"] > 100 for peak in memory.values())
     assert "snapshot overhead" in completed.stdout and "freshness" in completed.stdout
+
+
+def test_the_event_log_reader_accounts_for_jobs_and_the_gaps_between_them(tmp_path: Path) -> None:
+    from bench.event_log import read_events
+    from bench.event_log import report as event_report
+
+    events = [
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionStart", "executionId": 3,
+         "time": 1000, "description": "save at delta\nmore"},
+        {"Event": "SparkListenerJobStart", "Job ID": 7, "Submission Time": 1_010, "Stage Infos": [
+            {"Number of Tasks": 2}, {"Number of Tasks": 1}],
+         "Properties": {"spark.sql.execution.id": "3", "callSite.short": "save at NativeMethodAccessorImpl.java:0"}},
+        {"Event": "SparkListenerJobEnd", "Job ID": 7, "Completion Time": 1_510},
+        {"Event": "SparkListenerJobStart", "Job ID": 8, "Submission Time": 2_010, "Stage Infos": [],
+         "Properties": {"spark.job.description": "Delta: Compute snapshot"}},
+        {"Event": "SparkListenerJobEnd", "Job ID": 8, "Completion Time": 2_260},
+        {"Event": "org.apache.spark.sql.execution.ui.SparkListenerSQLExecutionEnd", "executionId": 3, "time": 1600},
+    ]
+    path = tmp_path / "app-1"
+    path.write_text("\n".join(json.dumps(event) for event in events))
+    jobs, executions = read_events(path)
+    assert [job.seconds for job in jobs.values()] == [0.5, 0.25] and jobs[7].tasks == 3
+    text = event_report(jobs, executions, 0, 2**62)
+    assert "save at NativeMethodAccessorImpl.java:0  [save at delta]" in text
+    assert "Delta: Compute snapshot" in text
+    assert text.splitlines()[-1] == ("2 jobs over 1.250 s: jobs running 0.750 s, no job running 0.500 s "
+                                     "(driver: planning, Delta's log, Python)")
+    assert event_report(jobs, executions, 5_000, 6_000) == "no Spark job in the window"

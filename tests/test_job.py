@@ -48,6 +48,7 @@ def test_job_file_round_trip(tmp_path):
         ({"query": " "}, "query must be a non-empty"),
         ({"poll_interval": 0}, "poll_interval must be in"),
         ({"verify_primary_key": "no"}, "verify_primary_key must be true or false"),
+        ({"round_plan": "fast"}, "round_plan must be one of auto, incremental, recompute"),
         ({"colour": "blue"}, "unknown field(s) colour"),
     ],
 )

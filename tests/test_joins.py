@@ -7,6 +7,8 @@ and vanish; each scenario runs few rounds that move several upstreams at once.""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 from decimal import Decimal
 
@@ -59,8 +61,40 @@ def uris(tables) -> dict[str, str]:
     return {name: table.uri for name, table in tables.items()}
 
 
+def prefer_ways(monkeypatch, ways: tuple[str, ...]) -> None:
+    """Make every keyed write of a join round take the first of `ways` its estimates offer
+    (they offer only the ways that can apply the round's changes), whatever they cost:
+    the tiny test tables would otherwise always be overwritten."""
+    from airflow_backfill.engine.aggregates import apply as aggregate_apply
+    from airflow_backfill.engine.joins import apply as join_apply
+
+    def first_offered(estimates):
+        return next((way for way in ways if way in estimates), min(estimates, key=estimates.get))
+
+    planned = join_apply.plan_round
+    monkeypatch.setattr(join_apply, "plan_round",
+                        lambda job, estimates, facts: dataclasses.replace(planned(job, estimates, facts),
+                                                                          plan=first_offered(estimates)))
+    monkeypatch.setattr(aggregate_apply, "_cheapest", first_offered)
+
+
 @pytest.mark.parametrize("shape", sorted(QUERIES))
 def test_join_mv_matches_at_every_commit(spark, tmp_path, shape):
+    run_scenario(spark, tmp_path, shape)
+
+
+@pytest.mark.parametrize("ways", [("merge",), ("append", "delete", "replace", "merge")], ids=["merge", "narrowest"])
+@pytest.mark.parametrize("shape", sorted(QUERIES))
+def test_join_rounds_match_in_every_way_they_can_write(spark, tmp_path, monkeypatch, shape, ways):
+    prefer_ways(monkeypatch, ways)
+    plans = run_scenario(spark, tmp_path, shape)
+    written = {way for plan in plans for way in [plan.get("plan"), *plan.get("writes", {}).values()]}
+    assert written & set(ways), plans
+
+
+def run_scenario(spark, tmp_path, shape: str) -> list[dict]:
+    """Snapshot, a catch-up round moving every upstream, a forward round moving some; every
+    commit checked. Returns the plans the two rounds recorded."""
     query, names, key = QUERIES[shape]
     tables = create_all(str(tmp_path), seed=len(shape), names=names)
     job = join_job(tables, str(tmp_path / "mv"), query)
@@ -78,7 +112,9 @@ def test_join_mv_matches_at_every_commit(spark, tmp_path, shape):
 
     vectors = assert_every_join_commit_matches(uris(tables), job.target, query, job.app_id, key=key)
     assert vectors[-1] == {name: table.version() for name, table in tables.items()}
-    assert [c["airflow_backfill.phase"] for c in mv_commits(job.target)] == ["snapshot", "catch_up", "forward"]
+    commits = mv_commits(job.target)
+    assert [c["airflow_backfill.phase"] for c in commits] == ["snapshot", "catch_up", "forward"]
+    return [json.loads(c.get("airflow_backfill.plan", "{}")) for c in commits[1:]]
 
 
 def test_left_join_padding_is_retracted_and_restored(spark, tmp_path):

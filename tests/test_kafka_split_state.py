@@ -89,8 +89,11 @@ def test_declarations_refuse_bad_input(tmp_path):
         KafkaTopic("localhost", "orders", "id BIGINT")
     with pytest.raises(BackfillConfigError, match="already has"):
         KafkaTopic("127.0.0.1:9092", "orders", "_offset BIGINT, id BIGINT")
-    with pytest.raises(UnsupportedQueryError, match="aggregates are not supported"):
-        _job(tmp_path, query="SELECT customer, SUM(amount) FROM source GROUP BY customer").check_query()
+    _job(tmp_path, query="SELECT customer, SUM(amount) AS total FROM source GROUP BY customer").check_query()
+    with pytest.raises(UnsupportedQueryError, match="COUNT\\(DISTINCT"):
+        _job(tmp_path, query="SELECT customer, COUNT(DISTINCT id) AS n FROM source GROUP BY customer").check_query()
+    with pytest.raises(UnsupportedQueryError, match="JOIN"):
+        _job(tmp_path, query="SELECT s.id FROM source s JOIN source t ON s.id = t.id").check_query()
     with pytest.raises(BackfillConfigError, match="start must be one of"):
         _job(tmp_path, start="latest")
     with pytest.raises(BackfillConfigError, match="target must differ"):
@@ -136,3 +139,70 @@ def test_the_loopback_broker_never_formats_with_an_id_read_as_an_option(monkeypa
     ids = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x10" * 16)])
     monkeypatch.setattr(loopback_broker.uuid, "uuid4", lambda: next(ids))
     assert loopback_broker._cluster_id() == "EBAQEBAQEBAQEBAQEBAQEA"  # the first one began with "-"
+
+
+def test_a_split_keeps_the_time_it_entered_its_state_until_it_moves(tmp_path, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(split_state.time, "time", lambda: clock[0])
+    position = BackfillPosition(splits={0: SplitState(SOURCE_CACHING_UP, 12, since=900.0), 1: SplitState(BACKFILLING, 3)})
+    ranges = {0: PartitionRange(0, 13), 1: PartitionRange(0, 10)}
+    plan = plan_round(_job(tmp_path), position, SourcePosition(offsets={0: 11, 1: 5}), ranges, budget=100)
+    assert plan.splits[0].since == 900.0  # still waiting for offset 12: since when it began
+    assert plan.splits[1] == SplitState(SOURCE_CACHING_UP, 9) and plan.splits[1].since == 1000.0
+    assert SplitState.from_json(plan.splits[1].to_json()).since == 1000.0
+
+
+def test_waiting_splits_are_reported_with_their_offsets_and_the_source_job(tmp_path):
+    from airflow_backfill.kafka.liveness import Running
+    from airflow_backfill.kafka.status import waiting_report
+
+    splits = {0: SplitState(FINISHED, 4), 1: SplitState(SOURCE_CACHING_UP, 229, since=0.0)}
+    source = SourcePosition(offsets={0: 4, 1: 199})
+    report = waiting_report(splits, source, None)
+    assert report == ("split 1 waits for the source job to commit offset 229 (it has 199) since 1970-01-01 00:00:00 "
+                      "UTC; no source job is running, so nothing moves them: start the source job (the task group's "
+                      "source_job task, or spark_jobs/kafka_source.py)")
+    running = Running("kafka_source", 42, "host-a", since=60.0, beat=61.0)
+    assert "the source job is running (pid 42 on host-a, running since 00:01:00 UTC)" in waiting_report(
+        splits, source, running)
+    assert waiting_report({0: SplitState(FINISHED, 4)}, source, None) is None
+
+
+def test_a_heartbeat_reads_as_running_until_it_is_stale_or_its_process_is_gone(tmp_path):
+    import os
+    import time
+
+    from airflow_backfill.kafka.liveness import SOURCE_JOB, beating, running
+
+    table = str(tmp_path / "orders")
+    with beating(table, SOURCE_JOB, interval=0.05):
+        found = running(table, SOURCE_JOB)
+        assert found is not None and found.pid == os.getpid()
+        assert running(table, SOURCE_JOB, now=time.time() + 60) is None  # stale: no beat for a minute
+    assert running(table, SOURCE_JOB) is None  # removed when the block ends
+    (tmp_path / "orders" / "_airflow_backfill" / "kafka_source.json").write_text(
+        f'{{"pid": 999999999, "host": "{os.uname().nodename}", "since": {time.time()}, "beat": {time.time()}}}')
+    assert running(table, SOURCE_JOB) is None  # a fresh beat of a process that is gone (killed)
+
+
+def test_a_source_job_beside_a_backfill_stops_once_it_finished_or_none_runs(tmp_path, monkeypatch):
+    from airflow_backfill.kafka import source_job
+    from airflow_backfill.kafka.liveness import Running
+
+    finished = [False]
+    backfill = [Running("kafka_backfill", 1, "h", 0.0, 0.0)]
+    clock = [0.0]
+    monkeypatch.setattr(source_job, "backfill_position",
+                        lambda target: BackfillPosition(splits={0: SplitState(FINISHED if finished[0] else BACKFILLING, 1)}))
+    monkeypatch.setattr(source_job, "running", lambda uri, role: backfill[0])
+    monkeypatch.setattr(source_job.time, "monotonic", lambda: clock[0])
+    bound = source_job.BesideBackfill(str(tmp_path / "mv"), grace=30.0)
+    assert bound.reached() is None
+    backfill[0] = None
+    assert bound.reached() is None
+    clock[0] = 29.0
+    assert bound.reached() is None
+    clock[0] = 30.0
+    assert bound.reached() == f"no backfill of {tmp_path / 'mv'} has been running for 30 s"
+    finished[0] = True
+    assert "is Finished" in (bound.reached() or "")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from aggregate_upstream import Upstream, apply_epoch, create, random_ops, values
 from deltalake import DeltaTable
-from helpers_delta import change_feed
+from helpers_delta import change_feed, cycle_write_ways
 
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
@@ -52,13 +52,15 @@ def forward_all(spark, mv: BackfillJob) -> None:
 
 
 @pytest.mark.parametrize("chain", sorted(CHAINS))
-def test_a_chain_of_mvs_matches_at_every_commit(spark, tmp_path: Path, chain: str):
-    check_chain(spark, str(tmp_path), chain)
+def test_a_chain_of_mvs_matches_at_every_commit(spark, tmp_path: Path, chain: str, monkeypatch):
+    check_chain(spark, str(tmp_path), chain, monkeypatch)
 
 
-def check_chain(spark, root: str, chain: str) -> None:
+def check_chain(spark, root: str, chain: str, monkeypatch) -> None:
     """Build the chain's two MVs under `root` (a folder or an s3:// prefix) through every
-    phase and check both at every commit."""
+    phase and check both at every commit; the rounds take every way to write in turn, so
+    MV2 follows each kind of change feed MV1 can record."""
+    cycle_write_ways(monkeypatch)
     query1, key1, mv_key1, query2, mv_key2 = CHAINS[chain]
     rng = random.Random(chain)
     upstream: Upstream = create(f"{root}/upstream", [values(rng) for _ in range(12)])
@@ -93,6 +95,7 @@ def check_chain(spark, root: str, chain: str) -> None:
     assert any(not feed for feed in feeds), "the chain must include an MV1 commit carrying only a watermark"
     total = sum(feeds, Counter())
     assert total["update_preimage"] == total["update_postimage"] > 0, "MV1's merges must feed MV2 updates"
+    assert total["delete"] > 0 and total["insert"] > 0, "MV1's replaces and overwrites must feed MV2 both"
 
 def test_an_mv_of_an_aggregate_sees_none_of_its_state(spark, tmp_path: Path):
     rng = random.Random(5)

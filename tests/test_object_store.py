@@ -112,5 +112,5 @@ def test_the_trigger_and_the_cli_read_s3_with_the_jobs_connection_only(s3, s3_ta
     assert status["upstream_version"] == 0 and status["watermark"] == 0 and status["pending_epochs"] == 0
 
 
-def test_an_mv_on_an_mv_on_s3(spark, s3_tables):
-    check_chain(spark, s3_tables["source"].rsplit("/", 1)[0], "stateless_then_aggregate")
+def test_an_mv_on_an_mv_on_s3(spark, s3_tables, monkeypatch):
+    check_chain(spark, s3_tables["source"].rsplit("/", 1)[0], "stateless_then_aggregate", monkeypatch)

@@ -18,9 +18,12 @@ from deltalake import write_deltalake
 from airflow_backfill.cli import main
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import (
+    control_path,
     effective_settings,
     is_paused,
+    read_overrides,
     reset_overrides,
+    resume_overrides,
     wait_while_paused,
     write_overrides,
 )
@@ -61,6 +64,48 @@ def test_alter_rate_limit_0_pauses_and_says_so(job_file, capsys):
     assert effective_settings(job).paused
     assert main(["alter", "--job", str(job_file), "--reset"]) == 0
     assert not is_paused(job.target)
+
+
+@pytest.mark.parametrize(("before", "after"), [
+    ({}, {}),                                                     # the job's own rate limit
+    ({"rate_limit": 40}, {"rate_limit": 40}),                     # an earlier override
+    ({"rate_limit": None}, {"rate_limit": None}),                 # an earlier "no cap"
+    ({"backfill_parallelism": 3}, {"backfill_parallelism": 3}),   # other overrides stay
+])
+def test_resume_brings_back_the_rate_limit_the_pause_replaced(job_file, before, after):
+    job = load_job(job_file)
+    if before:
+        write_overrides(job.target, **before)
+    write_overrides(job.target, rate_limit=0)
+    write_overrides(job.target, rate_limit=0)  # a second pause keeps the first one's memory
+    write_overrides(job.target, max_round_epochs=5)  # so does any other alter while paused
+    assert is_paused(job.target)
+    resume_overrides(job.target)
+    assert read_overrides(job.target) == {**after, "max_round_epochs": 5}
+    assert effective_settings(job).rate_limit == after.get("rate_limit", 500)
+
+
+def test_resume_of_a_job_that_is_not_paused_is_refused_and_writes_nothing(job_file, capsys):
+    job = load_job(job_file)
+    with pytest.raises(BackfillConfigError, match="not paused"):
+        resume_overrides(job.target)
+    assert main(["alter", "--job", str(job_file), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert read_overrides(job.target) == {}
+    write_overrides(job.target, rate_limit=0)
+    write_overrides(job.target, rate_limit=70)  # a new rate limit replaces the pause and its memory
+    with pytest.raises(BackfillConfigError, match="not paused"):
+        resume_overrides(job.target)
+    assert read_overrides(job.target) == {"rate_limit": 70}
+
+
+def test_resume_from_the_command_line_removes_the_pause_file(job_file, capsys):
+    job = load_job(job_file)
+    assert main(["alter", "--job", str(job_file), "--rate-limit", "0"]) == 0
+    assert main(["alter", "--job", str(job_file), "--resume"]) == 0
+    assert "resumed: backfill_parallelism=2, rate_limit=0 (paused) -> backfill_parallelism=2, rate_limit=500 rows/s" \
+        in capsys.readouterr().out
+    assert not Path(control_path(job.target)).exists()
 
 
 @pytest.mark.parametrize("where", ["job", "conf"])

@@ -39,6 +39,8 @@ _KEYS = ("backfill_parallelism", "rate_limit", "max_round_epochs", "max_round_by
 
 PAUSED_RATE_LIMIT = 0
 """The rate limit that holds snapshot and catch-up at their next safe point."""
+PAUSE_MEMO = "rate_limit_before_pause"
+"""Control-file key: the rate limit override a pause replaced ({} when there was none)."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,8 @@ def validate_override_rate_limit(value: Any) -> int | None:
     return validate_rate_limit(value)
 
 
-def read_overrides(target: str) -> dict[str, Any]:
-    """The validated overrides ({} when none); a damaged file is an error, never ignored."""
+def _read_control(target: str) -> dict[str, Any]:
+    """The control file's validated overrides and pause memo ({} when there is no file)."""
     path = control_path(target)
     text = files.read_text(path)
     if text is None:
@@ -102,15 +104,68 @@ def read_overrides(target: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise BackfillConfigError(f"{path} must hold a JSON object; run `airflow-backfill alter --reset`.")
-    return _validate({key: data[key] for key in _KEYS if key in data}, str(path))
+    control = _validate({key: data[key] for key in _KEYS if key in data}, str(path))
+    memo = data.get(PAUSE_MEMO)
+    if memo is not None:
+        if not isinstance(memo, dict) or set(memo) - {"rate_limit"} or memo.get("rate_limit") == PAUSED_RATE_LIMIT:
+            raise BackfillConfigError(f"{path}: {PAUSE_MEMO} must be {{}} or {{\"rate_limit\": N or null}}, got "
+                                      f"{memo!r}; run `airflow-backfill alter --reset`.")
+        _validate(dict(memo), str(path))
+        control[PAUSE_MEMO] = memo
+    return control
+
+
+def read_overrides(target: str) -> dict[str, Any]:
+    """The validated overrides ({} when none); a damaged file is an error, never ignored."""
+    return {key: value for key, value in _read_control(target).items() if key in _KEYS}
 
 
 def write_overrides(target: str, **overrides: Any) -> dict[str, Any]:
-    """Validate and merge overrides into the control file (atomic replace)."""
+    """Validate and merge overrides into the control file (atomic replace).
+
+    Pausing (a rate limit of 0) remembers the rate limit override it replaces, or that
+    there was none, so that `resume_overrides` can bring it back; any other rate limit
+    written later replaces that memory.
+    """
     _validate(overrides, "alter")
-    data = {**read_overrides(target), **overrides, "altered_at": time.time()}
-    files.write_text(control_path(target), json.dumps(data, indent=2, sort_keys=True))
+    current = _read_control(target)
+    data = {**current, **overrides}
+    if "rate_limit" in overrides:
+        data.pop(PAUSE_MEMO, None)
+        if overrides["rate_limit"] == PAUSED_RATE_LIMIT:
+            data[PAUSE_MEMO] = _memo_before_pause(current)
+    _write_control(target, data)
     return data
+
+
+def resume_overrides(target: str) -> None:
+    """Lift a pause: the rate limit before it applies again (the earlier override, or the job's).
+
+    Only a paused job can be resumed; anything else is refused, with nothing written.
+    """
+    current = _read_control(target)
+    if current.get("rate_limit") != PAUSED_RATE_LIMIT:
+        raise BackfillConfigError("the backfill is not paused, so there is nothing to resume; "
+                                  "set a rate limit instead.")
+    data = {key: value for key, value in current.items() if key not in ("rate_limit", PAUSE_MEMO)}
+    data.update(current.get(PAUSE_MEMO) or {})
+    if data:
+        _write_control(target, data)
+    else:
+        reset_overrides(target)
+
+
+def _memo_before_pause(control: dict[str, Any]) -> dict[str, Any]:
+    """What a pause replaces: a pause over a pause keeps the first one's memory."""
+    if PAUSE_MEMO in control:
+        return control[PAUSE_MEMO]
+    if "rate_limit" in control and control["rate_limit"] != PAUSED_RATE_LIMIT:
+        return {"rate_limit": control["rate_limit"]}
+    return {}
+
+
+def _write_control(target: str, data: dict[str, Any]) -> None:
+    files.write_text(control_path(target), json.dumps({**data, "altered_at": time.time()}, indent=2, sort_keys=True))
 
 
 def reset_overrides(target: str) -> None:
@@ -144,8 +199,10 @@ class AlterResult:
     safe_point: SafePoint
 
 
-def apply_alter(job: BackfillJob, overrides: dict[str, Any], *, reset: bool = False) -> AlterResult:
-    """Store `overrides` (or remove them all with `reset`); the CLI and the UI both go through here.
+def apply_alter(job: BackfillJob, overrides: dict[str, Any], *, reset: bool = False,
+                resume: bool = False) -> AlterResult:
+    """Store `overrides`, remove them all (`reset`) or lift a pause (`resume`); the CLI and
+    the UI both go through here.
 
     The values are validated before anything is written; a damaged control file is
     reported, except by a reset, which is the way out of it.
@@ -158,6 +215,8 @@ def apply_alter(job: BackfillJob, overrides: dict[str, Any], *, reset: bool = Fa
             raise
     if reset:
         reset_overrides(job.target)
+    elif resume:
+        resume_overrides(job.target)
     else:
         write_overrides(job.target, **overrides)
     return AlterResult(before, effective_settings(job), next_safe_point(job))

@@ -18,6 +18,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DELTA_CLASS = "io.delta.tables.DeltaTable"
+QUIET_LOGGERS = ("org.apache.spark.sql.delta.DeltaHistoryManager",)
+"""Loggers set to ERROR in every engine session. DeltaHistoryManager warns "Found Delta
+commit N with a timestamp ... greater than the next commit timestamp" whenever a commit's
+log file is not younger than the one before, which S3's one-second `LastModified` makes
+of any two commits within a second, dozens of times per task; Delta corrects the times
+itself, and the engine addresses tables by version only (docs/object_storage.md)."""
 DEFAULT_MASTER = "local[*]"
 """The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
 
@@ -68,11 +74,16 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         # Delta rebuilds a table's state (its file list) with a Spark job after each commit;
         # the default of 50 tasks is pure overhead for logs of this size.
         "spark.databricks.delta.snapshotPartitions": str(parallelism),
+        # On a host whose default time zone is not UTC, Delta checks the file list it keeps
+        # in each commit's checksum by rebuilding the table's state after every commit (a
+        # Spark job per commit); the engine reads and writes in UTC, which that check is for.
+        "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _quiet_loggers(session)
     _require_delta(session)
     configure_s3a_from_environment(session)
     log.info("spark session master=%s parallelism=%s", master, parallelism)
@@ -92,6 +103,14 @@ def _submitted_conf() -> SparkConf:
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         SparkContext._ensure_initialized()  # type: ignore[attr-defined]
     return SparkConf()
+
+
+def _quiet_loggers(session: SparkSession) -> None:
+    """Set the driver's `QUIET_LOGGERS` to ERROR (log4j 2, the logging Spark ships)."""
+    jvm: Any = session._jvm  # type: ignore[attr-defined]
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
 
 
 def _require_delta(session: SparkSession) -> None:

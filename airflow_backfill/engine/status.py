@@ -9,6 +9,7 @@ status --json` and the Airflow UI page print the same `JobStatus.to_dict()`.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -205,8 +206,21 @@ def mv_commits(target: str, limit: int = COMMITS_SHOWN) -> list[dict[str, Any]]:
             "parallelism": _as_int(metadata.get("parallelism")),
             "rows": _as_int(metadata.get("rows")),
             "chunk_parallelism": _int_list(metadata.get("chunk_parallelism")),
+            "chunk": _as_int(metadata.get("chunk")),
+            "plan": _plan(metadata.get("plan")),
         })
     return commits
+
+
+def _plan(value: Any) -> dict[str, Any] | None:
+    """A round's recorded plan (`airflow_backfill.plan`: JSON), None for other commits."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _as_int(value: Any) -> int | None:
@@ -319,7 +333,7 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
         lines.append(
             f"last commit     MV version {_or_dash(status.mv_version)}, phase {commit.get('phase', '-')}, "
             f"epoch {commit.get('epoch', '-')}, parallelism {commit.get('parallelism', '-')}, "
-            f"rows {commit.get('rows', '-')}"
+            f"rows {commit.get('rows', '-')}" + _plan_text(commit.get("plan"))
         )
     if status.control is not None and status.control.paused:
         lines.append("paused          rate limit 0: the backfill holds at its next chunk or round")
@@ -331,6 +345,14 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
         age = (time.time() if now is None else now) - updated_at
         lines.append(f"state updated   {max(age, 0):.0f}s ago")
     return "\n".join(lines)
+
+
+def _plan_text(recorded: Any) -> str:
+    """", plan replace (cheapest estimate 1.20 s, ...)" for a commit that recorded its plan."""
+    plan = _plan(recorded) if isinstance(recorded, str) else recorded
+    if not isinstance(plan, dict) or "plan" not in plan:
+        return ""
+    return f", plan {plan['plan']} ({plan.get('reason', '')})"
 
 
 def _progress_lines(progress: dict[str, Any]) -> list[str]:
@@ -346,6 +368,7 @@ def _progress_lines(progress: dict[str, Any]) -> list[str]:
         lines.append(
             f"catch-up        {len(rounds)} rounds; last: {last.get('pending_epochs', '-')} pending epochs, "
             f"{last.get('change_rows', '-')} change rows in {last.get('seconds', '-')}s"
+            + (f", plan {last['plan']}" if last.get("plan") else "")
         )
     if "caught_up_epoch" in progress:
         converged = "" if progress.get("catch_up_converged", True) else " (lag stalled; handed over)"

@@ -10,8 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_backfill.exceptions import BackfillConfigError, UnsupportedQueryError
+from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import normalize_table_uri, validate_parallelism, validate_rate_limit
+from airflow_backfill.kafka.connection import BOOTSTRAP
 
 START_EARLIEST = "earliest"
 """Read each partition from offset 0; offsets already deleted by retention are an error."""
@@ -20,7 +21,6 @@ START_EARLIEST_AVAILABLE = "earliest_available"
 _STARTS = (START_EARLIEST, START_EARLIEST_AVAILABLE)
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-_BOOTSTRAP = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
 RECORD_COLUMNS = ("key", "_partition", "_offset", "_timestamp")
 """Columns every decoded record has besides the fields of its value."""
 
@@ -43,15 +43,27 @@ def _positive(field: str, value: Any) -> int:
 class KafkaTopic:
     """A Kafka topic whose record values are JSON objects of a declared schema."""
 
-    bootstrap_servers: str
-    """`host:port[,host:port...]` of the brokers."""
+    bootstrap_servers: str | None
+    """`host:port[,host:port...]` of the brokers, for brokers reached without a connection."""
     topic: str
     """The topic's name."""
     value_schema: str
     """The value's fields as a Spark DDL string, e.g. `order_id BIGINT, amount DOUBLE`."""
+    kafka_conn_id: str | None = None
+    """An Airflow connection of the `kafka` type (brokers and client settings, SASL/SSL
+    secrets included, in its extra); instead of `bootstrap_servers`."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not _BOOTSTRAP.match(self.bootstrap_servers):
+        if (self.bootstrap_servers is None) == (self.kafka_conn_id is None):
+            raise BackfillConfigError(
+                "name the brokers with either bootstrap_servers ('host:port') or kafka_conn_id (an Airflow "
+                f"connection of the kafka type), not {'both' if self.kafka_conn_id else 'neither'}."
+            )
+        if self.kafka_conn_id is not None and (not isinstance(self.kafka_conn_id, str) or not _NAME.match(
+                self.kafka_conn_id)):
+            raise BackfillConfigError(f"kafka_conn_id must be an Airflow connection id, got {self.kafka_conn_id!r}.")
+        if self.bootstrap_servers is not None and (
+                not isinstance(self.bootstrap_servers, str) or not BOOTSTRAP.match(self.bootstrap_servers)):
             raise BackfillConfigError(
                 f"bootstrap_servers must be 'host:port' (comma-separated for several), got {self.bootstrap_servers!r}."
             )
@@ -103,7 +115,8 @@ class KafkaBackfillJob:
     source_table: str
     """The source job's Delta table (it may not exist yet)."""
     query: str
-    """A stateless Spark SQL query over `source` (projection, deterministic expressions, WHERE)."""
+    """A Spark SQL query over `source`: per record (projection, deterministic expressions,
+    WHERE) or a GROUP BY aggregate (COUNT, SUM, AVG, MIN, MAX, HAVING)."""
     target: str
     """The MV's Delta table, created by the first backfill round."""
     backfill_parallelism: int = 2
@@ -129,35 +142,34 @@ class KafkaBackfillJob:
         if not isinstance(self.query, str) or not self.query.strip():
             raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
 
+    @property
+    def round_plan(self) -> str:
+        """How an aggregate round writes its state and MV: always incrementally, each table
+        its cheapest way. A topic's records are read once, so there is nothing to recompute
+        the MV from."""
+        return "incremental"
+
     def check_query(self) -> None:
         """Refuse a query the source backfill cannot maintain. Not run when the declaration is
         built (DAG files build it, and parsing a DAG must not load the query parser), but by
         the job-file loader, the spark-submit entry points and the operators, before any write."""
-        validate_append_only_query(self.query)
+        validate_kafka_query(self.query)
 
     @property
     def app_id(self) -> str:
         return f"airflow_backfill/{self.name}"
 
 
-def validate_append_only_query(query: Any) -> str:
-    """Refuse what a per-record (append-only) MV cannot maintain: aggregates come on top of that."""
+def validate_kafka_query(query: Any) -> str:
+    """Refuse what a source backfill cannot maintain: per-record queries (projections,
+    deterministic expressions, WHERE) and GROUP BY aggregates are maintained."""
     if not isinstance(query, str) or not query.strip():
         raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
-    # sqlglot is imported here, not at module level: DAG files import this module, and
-    # parsing a DAG must not pay for the query parser.
-    from sqlglot import exp
+    # Imported here, not at module level: DAG files import this module, and parsing a
+    # DAG must not pay for the query parser.
+    from airflow_backfill.kafka.aggregate import aggregate_plan
 
-    from airflow_backfill.engine.planning.query import _parse_single_select, _refuse_unsupported_constructs
-
-    select = _parse_single_select(query)
-    _refuse_unsupported_constructs(select)
-    if select.args.get("group") is not None or any(isinstance(node, exp.AggFunc) for node in select.walk()):
-        raise UnsupportedQueryError(
-            "aggregates are not supported over a Kafka upstream yet: the source backfill maintains "
-            "per-record queries (projections, deterministic expressions, WHERE); aggregate the MV "
-            "with a second job whose source is this MV."
-        )
+    aggregate_plan(query)
     return query
 
 
@@ -181,7 +193,7 @@ class KafkaPipeline:
                 "a Kafka job has exactly upstream, source_job and backfill."
             )
         try:
-            upstream = KafkaTopic(**data["upstream"])
+            upstream = KafkaTopic(**{"bootstrap_servers": None, **data["upstream"]})
             source_job = KafkaSourceJob(upstream=upstream, **data["source_job"])
             backfill = KafkaBackfillJob(upstream=upstream, source_table=source_job.table, **data["backfill"])
         except TypeError as error:
@@ -195,8 +207,8 @@ class KafkaPipeline:
         upstream = self.source_job.upstream
         return {
             "kind": "kafka",
-            "upstream": {"bootstrap_servers": upstream.bootstrap_servers, "topic": upstream.topic,
-                         "value_schema": upstream.value_schema},
+            "upstream": {"bootstrap_servers": upstream.bootstrap_servers, "kafka_conn_id": upstream.kafka_conn_id,
+                         "topic": upstream.topic, "value_schema": upstream.value_schema},
             "source_job": {"name": self.source_job.name, "table": self.source_job.table,
                            "parallelism": self.source_job.parallelism,
                            "max_records_per_round": self.source_job.max_records_per_round},

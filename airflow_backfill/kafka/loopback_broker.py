@@ -41,16 +41,30 @@ def broker_classpath() -> str:
     return os.path.join(directory, "*")
 
 
-def _server_properties(log_dirs: str, port: int, controller_port: int) -> str:
+def _server_properties(
+    log_dirs: str, port: int, controller_port: int, sasl_port: int = 0, sasl_users: dict[str, str] | None = None,
+) -> str:
+    listeners = [f"PLAINTEXT://127.0.0.1:{port}"]
+    sasl: list[str] = []
+    if sasl_users:
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}")
+        users = " ".join(f'user_{name}="{password}"' for name, password in sorted(sasl_users.items()))
+        sasl = [
+            "sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        ]
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners={','.join(listeners)}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        *sasl,
         f"log.dirs={log_dirs}",
         "num.partitions=1",
         "auto.create.topics.enable=false",
@@ -74,31 +88,56 @@ def _cluster_id() -> str:
             return cluster_id
 
 
+def _existing_cluster_id(log_dirs: str) -> str | None:
+    """The cluster id of a broker that already ran in `log_dirs` (it restarts with its topics)."""
+    try:
+        with open(os.path.join(log_dirs, "meta.properties"), encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("cluster.id="):
+                    return line.strip().split("=", 1)[1]
+    except FileNotFoundError:
+        return None
+    return None
+
+
 @dataclass
 class LoopbackBroker:
-    """One broker process; `bootstrap_servers` is what clients and Spark connect to."""
+    """One broker process; `bootstrap_servers` is what clients and Spark connect to.
+
+    `port` 0 picks a free one. With `sasl_users` (name -> password) the broker also
+    listens for SASL_PLAINTEXT clients (mechanism PLAIN) on `sasl_bootstrap_servers`.
+    """
 
     workdir: str
     heap: str = "512m"
     port: int = 0
+    sasl_users: dict[str, str] = field(default_factory=dict, repr=False)
+    sasl_port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
+
     def start(self, timeout: float = 90.0) -> LoopbackBroker:
         """Format the KRaft storage, start the broker and wait (bounded) until it answers."""
         classpath = broker_classpath()
         os.makedirs(self.workdir, exist_ok=True)
-        self.port, controller_port = free_port(), free_port()
+        self.port = self.port or free_port()
+        self.sasl_port = (self.sasl_port or free_port()) if self.sasl_users else 0
+        controller_port = free_port()
         properties = os.path.join(self.workdir, "server.properties")
         with open(properties, "w", encoding="utf-8") as handle:
-            handle.write(_server_properties(os.path.join(self.workdir, "data"), self.port, controller_port))
+            handle.write(_server_properties(os.path.join(self.workdir, "data"), self.port, controller_port,
+                                            self.sasl_port, self.sasl_users))
         java = ["java", f"-Xmx{self.heap}", "-Xms128m", "-cp", classpath]
-        cluster_id = _cluster_id()
+        cluster_id = _existing_cluster_id(os.path.join(self.workdir, "data")) or _cluster_id()
         subprocess.run(
-            [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", properties],
+            [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", properties, "--ignore-formatted"],
             check=True, capture_output=True, timeout=timeout,
         )
         output = open(os.path.join(self.workdir, "broker.log"), "wb")  # noqa: SIM115 - the broker's lifetime

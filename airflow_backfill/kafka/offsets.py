@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_backfill.exceptions import UpstreamError
+
+if TYPE_CHECKING:
+    from airflow_backfill.kafka.connection import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -22,27 +26,36 @@ class PartitionRange:
     end: int
 
 
-def topic_ranges(bootstrap_servers: str, topic: str, timeout: float = 30.0) -> dict[int, PartitionRange]:
+def quiet_kafka_client() -> None:
+    """kafka-python logs every failed connection attempt (several a second while a broker is
+    unreachable); the callers report a failure once, with what to check."""
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def topic_ranges(brokers: KafkaSettings, topic: str, timeout: float = 30.0) -> dict[int, PartitionRange]:
     """Every partition of `topic` with its `[earliest, end)` range; a clear error when the topic is missing."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
+    quiet_kafka_client()
+    bootstrap_servers = brokers.bootstrap_servers
     try:
         consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap_servers.split(","),
+            **brokers.client_kwargs(),
             enable_auto_commit=False,
             request_timeout_ms=int(timeout * 1000),
             reconnect_backoff_max_ms=1000,
         )
     except KafkaError as error:
         raise UpstreamError(
-            f"cannot reach the Kafka brokers {bootstrap_servers} ({error}); check bootstrap_servers and that the brokers run."
+            f"cannot reach the Kafka brokers {bootstrap_servers} ({error}); check the brokers' address, the client settings (security.protocol, credentials) and that the brokers run."
         ) from None
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
             raise UpstreamError(
-                f"Kafka topic {topic!r} does not exist on {bootstrap_servers}; create it or fix `topic` in the job."
+                f"Kafka topic {topic!r} does not exist on {bootstrap_servers}; create it or fix `topic` in the job (a broker that refuses the client's credentials "
+                "also lists no topics)."
             )
         parts = [TopicPartition(topic, p) for p in sorted(partitions)]
         earliest = consumer.beginning_offsets(parts)

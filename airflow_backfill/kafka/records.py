@@ -23,10 +23,12 @@ class RecordDecodeError(UpstreamError):
 
 def _raw(spark: SparkSession, upstream: KafkaTopic, ranges: dict[int, tuple[int, int]], min_partitions: int) -> DataFrame:
     """The raw records of `[start, end)` of each partition in `ranges`."""
+    from airflow_backfill.kafka.connection import broker_settings
+
     topic = upstream.topic
     return (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", upstream.bootstrap_servers)
+        .options(**broker_settings(upstream).spark_options())
         .option("assign", json.dumps({topic: sorted(ranges)}))
         .option("startingOffsets", json.dumps({topic: {str(p): start for p, (start, _) in ranges.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): end for p, (_, end) in ranges.items()}}))

@@ -5,7 +5,9 @@ Each round moves every split (partition) one step along
 commit, the query over the records it took this round together with the new split
 states: records read straight from Kafka for `Backfilling` splits, and the source
 table's rows above a `Finished` split's offset (read as of one source version). The MV
-therefore always equals the query over every record at or below its split offsets.
+therefore always equals the query over every record at or below its split offsets. An
+aggregate's round folds the records into its per-group state first (kafka/aggregate.py),
+with the same split states in both commits.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import control
@@ -22,8 +24,11 @@ from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.kafka import split_state
+from airflow_backfill.kafka.aggregate import aggregate_plan, commit_aggregate_round, recover_state_ahead
 from airflow_backfill.kafka.config import START_EARLIEST_AVAILABLE, KafkaBackfillJob
+from airflow_backfill.kafka.connection import broker_settings
 from airflow_backfill.kafka.delta_write import append_commit
+from airflow_backfill.kafka.liveness import SOURCE_JOB, running
 from airflow_backfill.kafka.offsets import PartitionRange, topic_ranges
 from airflow_backfill.kafka.positions import (
     ROUND_FIELD,
@@ -37,12 +42,15 @@ from airflow_backfill.kafka.positions import (
 )
 from airflow_backfill.kafka.records import decode_error, first_undecodable, read_records
 from airflow_backfill.kafka.split_state import BACKFILLING, FINISHED, SOURCE_CACHING_UP, SplitState
+from airflow_backfill.kafka.status import waiting_report
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 PHASE = "kafka_backfill"
+WAIT_REPORT_S = 15.0
+"""Splits waiting in SourceCachingUp longer than this are reported, and again at this interval."""
 SOURCE_VIEW = "source"
 
 
@@ -69,6 +77,8 @@ class BackfillRound:
     splits: dict[int, SplitState]
     kafka_records: int
     committed: bool
+    source: SourcePosition = field(default_factory=SourcePosition)
+    """The source job's position the round planned with."""
 
     @property
     def finished(self) -> bool:
@@ -104,7 +114,8 @@ def plan_round(
     kafka_reads: dict[int, tuple[int, int]] = {}
     source_reads: dict[int, tuple[int, int]] = {}
     planned: dict[int, SplitState] = {}
-    for partition, state in sorted(splits.items()):
+    for partition, before in sorted(splits.items()):
+        state = before
         committed = source.committed(partition)
         if state.kind == BACKFILLING:
             available = ranges.get(partition, PartitionRange(0, 0))
@@ -120,7 +131,7 @@ def plan_round(
             if state.kind == FINISHED and committed > state.offset:
                 source_reads[partition] = (state.offset, committed)
                 state = SplitState(FINISHED, committed)
-        planned[partition] = state
+        planned[partition] = state.moved_from(before)
     return RoundPlan(kafka_reads, source_reads, planned, source)
 
 
@@ -138,14 +149,34 @@ def _source_rows(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan) ->
     return table.where(condition)
 
 
-def mv_rows(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, parallelism: int) -> DataFrame:
-    """The query over this round's records: Kafka reads of Backfilling splits plus source rows of Finished ones."""
+def round_records(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, parallelism: int) -> DataFrame:
+    """This round's records: Kafka reads of Backfilling splits plus source rows of Finished ones."""
     records = read_records(spark, job.upstream, plan.kafka_reads, parallelism)
     from_source = _source_rows(spark, job, plan)
     if from_source is not None:
         records = records.unionByName(from_source.select(*records.columns))
-    records.createOrReplaceTempView(SOURCE_VIEW)
+    return records
+
+
+def mv_rows(spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, parallelism: int) -> DataFrame:
+    """The per-record query over this round's records."""
+    round_records(spark, job, plan, parallelism).createOrReplaceTempView(SOURCE_VIEW)
     return spark.sql(job.query)
+
+
+def commit_round(
+    spark: SparkSession, job: KafkaBackfillJob, plan: RoundPlan, round_number: int, parallelism: int,
+) -> None:
+    """The round's MV commit (a per-record query), or its state and MV commits (an aggregate)."""
+    metadata = commit_metadata_for(plan, round_number)
+    if aggregate_plan(job.query) is None:
+        rows = mv_rows(spark, job, plan, parallelism)
+        maybe_crash(PHASE, "before_commit")
+        append_commit(rows, job.target, job.app_id, round_number, metadata)
+        return
+    records = round_records(spark, job, plan, parallelism)
+    maybe_crash(PHASE, "before_commit")
+    commit_aggregate_round(spark, job, records, round_number, metadata)
 
 
 def commit_metadata_for(plan: RoundPlan, round_number: int) -> dict[str, object]:
@@ -163,17 +194,17 @@ def run_backfill_round(spark: SparkSession, job: KafkaBackfillJob) -> BackfillRo
     settings = control.effective_settings(job)  # type: ignore[arg-type]  # reads only .target and the two knobs
     spark.conf.set("spark.sql.shuffle.partitions", str(settings.backfill_parallelism))
     position = backfill_position(job.target)
+    if aggregate_plan(job.query) is not None:
+        position = recover_state_ahead(spark, job, position)
     source = source_position(job.source_table)
-    ranges = topic_ranges(job.upstream.bootstrap_servers, job.upstream.topic)
+    ranges = topic_ranges(broker_settings(job.upstream), job.upstream.topic)
     plan = plan_round(job, position, source, ranges, job.max_records_per_round)
     if table_exists(job.target) and not plan.changes(position.splits):
-        return BackfillRound(position.round, position.splits, 0, committed=False)
+        return BackfillRound(position.round, position.splits, 0, committed=False, source=source)
     started = time.monotonic()
-    rows = mv_rows(spark, job, plan, settings.backfill_parallelism)
     round_number = position.round + 1
-    maybe_crash(PHASE, "before_commit")
     try:
-        append_commit(rows, job.target, job.app_id, round_number, commit_metadata_for(plan, round_number))
+        commit_round(spark, job, plan, round_number, settings.backfill_parallelism)
     except Exception as error:
         if "from_json" in str(error) or "MALFORMED_RECORD" in str(error):
             bad = first_undecodable(spark, job.upstream, plan.kafka_reads)
@@ -187,7 +218,7 @@ def run_backfill_round(spark: SparkSession, job: KafkaBackfillJob) -> BackfillRo
         job.name, round_number, kafka_records, ", ".join(f"{p}={s}" for p, s in sorted(plan.splits.items())),
     )
     pace(kafka_records, time.monotonic() - started, settings.rate_limit)
-    return BackfillRound(round_number, plan.splits, kafka_records, committed=True)
+    return BackfillRound(round_number, plan.splits, kafka_records, committed=True, source=source)
 
 
 def run_backfill(
@@ -198,20 +229,33 @@ def run_backfill(
     timeout: float | None = None,
     max_rounds: int | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    report_every: float = WAIT_REPORT_S,
 ) -> BackfillRound:
-    """Rounds until every split is Finished (or `timeout` seconds / `max_rounds` rounds / a stop)."""
+    """Rounds until every split is Finished (or `timeout` seconds / `max_rounds` rounds / a stop).
+
+    Splits that wait in SourceCachingUp for longer than `report_every` seconds are
+    reported in the log, with the offsets they wait for and whether a source job runs,
+    every `report_every` seconds while they wait.
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
     rounds = 0
+    reported_at = 0.0
     while True:
         result = run_backfill_round(spark, job)
         rounds += 1
         if result.finished or should_stop() or (max_rounds is not None and rounds >= max_rounds):
             return result
+        waiting = [s.since or 0.0 for s in result.splits.values() if s.kind == SOURCE_CACHING_UP]
+        if waiting and time.time() - min(waiting) >= report_every and time.monotonic() - reported_at >= report_every:
+            report = waiting_report(result.splits, result.source, running(job.source_table, SOURCE_JOB))
+            log.warning("backfill %s waits: %s", job.name, report)
+            reported_at = time.monotonic()
         if deadline is not None and time.monotonic() >= deadline:
-            waiting = {p: str(s) for p, s in result.splits.items() if s.kind != FINISHED}
+            report = waiting_report(result.splits, result.source, running(job.source_table, SOURCE_JOB))
+            unfinished = {p: str(s) for p, s in result.splits.items() if s.kind != FINISHED}
             raise TimeoutError(
-                f"backfill {job.name!r} not finished after {timeout:.0f}s; splits still waiting: {waiting}. "
-                "Is the source job running? Splits in SourceCachingUp wait for it."
+                f"backfill {job.name!r} not finished after {timeout:.0f}s; splits not Finished: {unfinished}"
+                + (f"; {report}" if report else "")
             )
-        if not result.committed or any(s.kind == SOURCE_CACHING_UP for s in result.splits.values()):
+        if not result.committed or waiting:
             time.sleep(poll_interval)

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.exceptions import UpstreamError
+from airflow_backfill.engine.writer_lock import writer_lock
+from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.kafka.config import KafkaSourceJob
+from airflow_backfill.kafka.connection import broker_settings
 from airflow_backfill.kafka.delta_write import append_commit
+from airflow_backfill.kafka.liveness import BACKFILL, SOURCE_JOB, beating, running
 from airflow_backfill.kafka.offsets import topic_ranges
-from airflow_backfill.kafka.positions import OFFSETS_FIELD, ROUND_FIELD, source_position
+from airflow_backfill.kafka.positions import OFFSETS_FIELD, ROUND_FIELD, backfill_position, source_position
 from airflow_backfill.kafka.records import decode_error, first_undecodable, read_records
 
 if TYPE_CHECKING:
@@ -42,7 +46,7 @@ class SourceRound:
 def plan_source_reads(job: KafkaSourceJob) -> tuple[dict[int, tuple[int, int]], dict[int, int], int]:
     """Per-partition `[start, end)` ranges to read, the current offsets and the round number."""
     position = source_position(job.table)
-    ranges = topic_ranges(job.upstream.bootstrap_servers, job.upstream.topic)
+    ranges = topic_ranges(broker_settings(job.upstream), job.upstream.topic)
     reads: dict[int, tuple[int, int]] = {}
     for partition, available in ranges.items():
         start = position.committed(partition) + 1
@@ -83,6 +87,63 @@ def run_source_round(spark: SparkSession, job: KafkaSourceJob) -> SourceRound:
     return SourceRound(round_number + 1, new_offsets, count, committed=True)
 
 
+@dataclass
+class BesideBackfill:
+    """The bound of a source job that runs beside one backfill (a task next to it, or the
+    one its task starts): it ends once the backfill's splits are all Finished, or once no
+    backfill of that MV has been running for `grace` seconds (the backfill ended some other
+    way, or never started: `airflow dags test` runs one task at a time)."""
+
+    target: str
+    grace: float = 60.0
+    _absent_since: float | None = field(default=None, repr=False)
+
+    def reached(self) -> str | None:
+        """Why the source job may stop now, or None."""
+        if backfill_position(self.target).finished:
+            return f"every split of the backfill of {self.target} is Finished"
+        if running(self.target, BACKFILL) is not None:
+            self._absent_since = None
+            return None
+        now = time.monotonic()
+        if self._absent_since is None:
+            self._absent_since = now
+        if now - self._absent_since >= self.grace:
+            return f"no backfill of {self.target} has been running for {self.grace:.0f} s"
+        return None
+
+
+@contextmanager
+def sole_source_job(
+    job: KafkaSourceJob, should_stop: Callable[[], bool], poll_interval: float = 2.0,
+) -> Iterator[bool]:
+    """Hold the source table's writer lock (and keep its heartbeat) for the block; yields
+    False when `should_stop` said so before the lock was free.
+
+    Another source job of the table may be running (a task's, or one a backfill task
+    started): this one then waits as a standby instead of failing, and takes over when
+    the other stops. Two never ingest at once.
+    """
+    waiting_since: float | None = None
+    with ExitStack() as stack:
+        while True:
+            try:
+                stack.enter_context(writer_lock(job.table, job.name, PHASE))
+                break
+            except TargetError as error:
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                    log.info("source job %s waits as a standby: %s", job.name, error)
+                if should_stop():
+                    yield False
+                    return
+                time.sleep(poll_interval)
+        if waiting_since is not None:
+            log.info("source job %s takes over after %.0f s", job.name, time.monotonic() - waiting_since)
+        stack.enter_context(beating(job.table, SOURCE_JOB))
+        yield True
+
+
 def run_source_job(
     spark: SparkSession,
     job: KafkaSourceJob,
@@ -91,11 +152,16 @@ def run_source_job(
     max_rounds: int | None = None,
     idle_timeout: float | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    bound: BesideBackfill | None = None,
 ) -> int:
-    """Run rounds until stopped, `max_rounds` commits, or `idle_timeout` seconds without records."""
+    """Run rounds until stopped, `max_rounds` commits, `idle_timeout` seconds without
+    records, or `bound` reached (each checked between rounds, never inside one)."""
     commits = 0
     idle_since = time.monotonic()
     while not should_stop():
+        if bound is not None and (reason := bound.reached()) is not None:
+            log.info("source job %s stops: %s", job.name, reason)
+            break
         result = run_source_round(spark, job)
         if result.records:
             commits += 1

@@ -14,7 +14,8 @@ A split's offset is the last Kafka offset the MV holds for that partition (-1: n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 BACKFILLING = "Backfilling"
@@ -30,6 +31,9 @@ class SplitState:
 
     kind: str
     offset: int = NO_OFFSET
+    since: float | None = field(default=None, compare=False)
+    """When the split entered this state and offset (seconds since the epoch; None in MVs
+    committed before it was recorded). Not part of equality: a split that stays put is unchanged."""
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -41,11 +45,22 @@ class SplitState:
         return f"{self.kind}({self.offset if self.offset != NO_OFFSET else 'None'})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"state": self.kind, "offset": self.offset}
+        data: dict[str, Any] = {"state": self.kind, "offset": self.offset}
+        if self.since is not None:
+            data["since"] = round(self.since, 3)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SplitState:
-        return cls(str(data["state"]), int(data["offset"]))
+        since = data.get("since")
+        return cls(str(data["state"]), int(data["offset"]), None if since is None else float(since))
+
+    def moved_from(self, before: SplitState) -> SplitState:
+        """This state stamped with the time it was entered: `before`'s time when the split
+        stayed where it was, now when its state or offset changed."""
+        if self == before:
+            return SplitState(self.kind, self.offset, before.since)
+        return SplitState(self.kind, self.offset, time.time())
 
 
 def backfilling(offset: int = NO_OFFSET) -> SplitState:

@@ -1,15 +1,15 @@
 """The three phases as `spark-submit` tasks.
 
 Each operator is a SparkSubmitOperator whose application is the phase's entry point in
-`spark_jobs/`, resolved from the installed package, and whose job travels as base64
-JSON (immune to Jinja and shell quoting). After `spark-submit` returns, the operator
+`spark_jobs/`, resolved from the installed package, and whose job travels as a file
+(`--job FILE`, see job_file.py), so the command in the task's log can be copied to rerun
+the phase by hand. After `spark-submit` returns, the operator
 reads the MV's committed watermark from the Delta log, never from Spark's output, and
 pushes it to XCom.
 """
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import json
 import os
@@ -27,7 +27,9 @@ from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
+from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.overrides import group_overrides, job_overrides
+from airflow_backfill.serialized_job import SerializesJob
 
 
 def entry_point(phase: str) -> str:
@@ -54,7 +56,7 @@ def _optional(value: Any, convert: Any) -> Any:
     return convert(value)
 
 
-class _PhaseOperator(SparkSubmitOperator):
+class _PhaseOperator(SerializesJob, SparkSubmitOperator):
     """Common part: job, parallelism, dag_run.conf overrides and the watermark XCom.
 
     :param conf_key: the `dag_run.conf` key of this job's own overrides (default: the
@@ -120,9 +122,8 @@ class _PhaseOperator(SparkSubmitOperator):
         self.publish_progress_link(context)
         job, overrides = self.effective_job(context)
         parallelism = self.phase_parallelism(job)
-        encoded = base64.b64encode(job.to_json().encode()).decode()
         self.application_args = [
-            "--job-b64", encoded, "--parallelism", str(parallelism),
+            "--job", write_job_file(job.name, job.to_json()), "--parallelism", str(parallelism),
             *self.phase_arguments(context, overrides),
         ]
         sizing = self.sizing(parallelism)
@@ -227,7 +228,9 @@ class SnapshotBackfillOperator(_PhaseOperator):
         arguments = []
         epochs = _optional(self.epochs, _versions)
         if epochs is not None:
-            arguments += ["--epochs", json.dumps(epochs, sort_keys=True)]
+            # name=version pairs (upstream names are SQL identifiers): the logged command
+            # pastes into a shell as it is, as the job file does; JSON would lose its quotes
+            arguments += ["--epochs", ",".join(f"{name}={version}" for name, version in sorted(epochs.items()))]
         epoch = _optional(self.epoch, int)
         if epoch is not None and epochs is None:
             arguments += ["--epoch", str(epoch)]

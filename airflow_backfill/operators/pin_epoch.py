@@ -24,9 +24,10 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.overrides import group_overrides, job_overrides
+from airflow_backfill.serialized_job import SerializesJob
 
 
-class PinEpochOperator(BaseBranchOperator):
+class PinEpochOperator(SerializesJob, BaseBranchOperator):
     """Branch to the phases the MV still needs; push `pinned_epoch` and the lag to XCom.
 
     :param job: the job (BackfillJob, mapping, or YAML path).

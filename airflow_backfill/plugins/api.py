@@ -1,33 +1,40 @@
-"""The FastAPI app of the UI plugin: the jobs' status as JSON and HTML, and live control.
+"""The FastAPI app of the UI plugin: the jobs' status as JSON, live control, and the page's
+script (a React app that Airflow's UI loads, see page.py).
 
-Every route needs an authenticated Airflow user (the API server's JWT, as a bearer token
-or the UI's cookie) and asks Airflow's auth manager, for every DAG that declares the
-job: reading needs DAG read permission (GET), altering DAG edit permission (PUT). A job
-is addressed by its name only, looked up in the jobs the DAGs declare (`jobs.py`), so no
-request can reach a path. Alters go through `apply_alter`, like `airflow-backfill alter`.
+Every JSON route needs an authenticated Airflow user (the API server's JWT, as a bearer
+token or the UI's cookie) and asks Airflow's auth manager, for every DAG that declares
+the job: reading needs DAG read permission (GET), altering DAG edit permission (PUT). A
+job is addressed by its name only, looked up in the jobs the DAGs declare (`jobs.py`,
+from the metadata database), so no request can reach a path or run DAG code. Alters go
+through `apply_alter`, like `airflow-backfill alter`. The old page addresses redirect
+into Airflow's UI, which sends signed-out users to its login page.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, RedirectResponse
 
 from airflow_backfill.engine.control import (
     AlterResult,
     BackfillSettings,
     apply_alter,
+    read_overrides,
     validate_override_rate_limit,
 )
+from airflow_backfill.engine.lag_history import CommitTimes, lag_history
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
 from airflow_backfill.job import BackfillJob, validate_parallelism
+from airflow_backfill.links.progress import job_page_path
 from airflow_backfill.plugins.jobs import JobRegistry, KnownJob
-from airflow_backfill.plugins.page import render_page
+from airflow_backfill.plugins.page import PAGE_SCRIPT
 
 if TYPE_CHECKING:
     from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
@@ -38,34 +45,39 @@ log = logging.getLogger(__name__)
 READ: ResourceMethod = "GET"
 EDIT: ResourceMethod = "PUT"
 ALTERABLE = ("backfill_parallelism", "rate_limit")
+ACTIONS = ("reset", "resume")
+"""Body flags that take no value besides `true`: back to the job's values, lift a pause."""
 
 
 class AlterRequestError(ValueError):
     """A body the alter endpoint refuses (400), with a message that says what to send."""
 
 
-def parse_alter_body(body: Any) -> tuple[dict[str, Any], bool]:
-    """(overrides, reset) from a JSON body, validated like `airflow-backfill alter`'s options."""
+def parse_alter_body(body: Any) -> tuple[dict[str, Any], str | None]:
+    """(overrides, action) from a JSON body, validated like `airflow-backfill alter`'s options;
+    the action is "reset", "resume" or None (store the overrides)."""
     if not isinstance(body, dict):
         raise AlterRequestError('the body must be a JSON object such as {"backfill_parallelism": 2}.')
-    unknown = sorted(set(body) - {*ALTERABLE, "reset"})
+    unknown = sorted(set(body) - {*ALTERABLE, *ACTIONS})
     if unknown:
         raise AlterRequestError(
-            f"unknown field(s) {', '.join(unknown)}; send backfill_parallelism, rate_limit or reset."
+            f"unknown field(s) {', '.join(unknown)}; send backfill_parallelism, rate_limit, resume or reset."
         )
-    reset = body.get("reset", False)
-    if not isinstance(reset, bool):
-        raise AlterRequestError(f"reset must be true or false, got {reset!r}.")
+    for flag in ACTIONS:
+        if flag in body and body[flag] is not True:
+            raise AlterRequestError(f"{flag} can only be true, got {body[flag]!r}; leave it out otherwise.")
+    actions = [flag for flag in ACTIONS if flag in body]
     overrides = {key: body[key] for key in ALTERABLE if key in body}
-    if reset and overrides:
+    if len(actions) > 1:
+        raise AlterRequestError("reset already lifts a pause; send reset or resume, not both.")
+    if actions and overrides:
         raise AlterRequestError(
-            f"reset restores the job's own values and cannot be combined with {' or '.join(overrides)}; "
-            "send two requests."
+            f"{actions[0]} cannot be combined with {' or '.join(overrides)}; send two requests."
         )
-    if not reset and not overrides:
+    if not actions and not overrides:
         raise AlterRequestError(
-            "nothing to alter: send backfill_parallelism, rate_limit (0 pauses, null lifts the cap) "
-            "or reset: true."
+            "nothing to alter: send backfill_parallelism, rate_limit (0 pauses, null lifts the cap), "
+            "resume: true or reset: true."
         )
     try:
         if "backfill_parallelism" in overrides:
@@ -74,7 +86,7 @@ def parse_alter_body(body: Any) -> tuple[dict[str, Any], bool]:
             validate_override_rate_limit(overrides["rate_limit"])
     except BackfillConfigError as error:
         raise AlterRequestError(str(error)) from None
-    return overrides, reset
+    return overrides, (actions[0] if actions else None)
 
 
 def _is_authorized(user: BaseUser, method: ResourceMethod, known: KnownJob) -> bool:
@@ -107,14 +119,32 @@ def register_job_storage(job: BackfillJob) -> None:
         DeltaBackfillHook.for_job(job).register_storage()
 
 
-def job_view(known: KnownJob) -> dict[str, Any]:
-    """One job for the page: its DAGs and `JobStatus.to_dict()`, as `status --json` prints it."""
+_commit_times = CommitTimes()
+"""Upstream commit times the lag history has read, kept for the life of the API server."""
+
+
+def job_view(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
+    """One job for the page: its DAGs and tasks, `JobStatus.to_dict()` as `status --json`
+    prints it, the lag after each MV commit, and whether the user may alter it."""
     from airflow_backfill.engine.status import job_status
 
-    view: dict[str, Any] = {"name": known.name, "dag_ids": list(known.dag_ids), "status": None, "error": None}
+    view: dict[str, Any] = {
+        "name": known.name, "dag_ids": list(known.dag_ids), "can_edit": can_edit,
+        "settings": {"lag_threshold": known.job.lag_threshold, "parallelism": known.job.parallelism},
+        "tasks": [{"dag_id": task.dag_id, "task_id": task.task_id, "task_type": task.task_type}
+                  for task in known.tasks],
+        "status": None, "lag_history": [], "error": None,
+    }
     try:
         register_job_storage(known.job)
-        view["status"] = json.loads(json.dumps(job_status(known.job).to_dict(), sort_keys=True, default=str))
+        status = job_status(known.job)
+        view["status"] = json.loads(json.dumps(status.to_dict(), sort_keys=True, default=str))
+        # A join's commits record a vector of upstream versions, which this history does not
+        # read yet: its view has no lag history; its status lists the lag per upstream.
+        view["lag_history"] = [] if known.job.is_join else [
+            asdict(point) for point in lag_history(known.job.source, status.commits, status.upstream_version,
+                                                   _commit_times)
+        ]
     except BackfillError as error:  # a damaged state file: shown, not a server error
         view["error"] = str(error)
     return view
@@ -137,29 +167,36 @@ def create_app(registry: JobRegistry | None = None) -> FastAPI:
             )
         return known
 
-    @app.get("/", response_class=HTMLResponse)
-    def index(request: Request, user: GetUserDep) -> HTMLResponse:
-        """Every job the user may read."""
-        return HTMLResponse(render_page(request.scope.get("root_path", ""), None))
+    @app.get("/")
+    def index() -> RedirectResponse:
+        """The page lives in Airflow's UI (which asks signed-out users to log in first)."""
+        return RedirectResponse(job_page_path(), status.HTTP_302_FOUND)
 
-    @app.get("/jobs/{job_name}", response_class=HTMLResponse)
-    def job_page(job_name: str, request: Request, user: GetUserDep) -> HTMLResponse:
-        """One job: the target of the phases' extra link."""
-        known = authorized(job_name, user, READ)
-        return HTMLResponse(render_page(request.scope.get("root_path", ""), known.name))
+    @app.get("/jobs/{job_name}")
+    def job_page(job_name: str) -> RedirectResponse:
+        """Links stored by earlier runs of the phases open the job in Airflow's UI."""
+        return RedirectResponse(job_page_path(job_name), status.HTTP_302_FOUND)
+
+    @app.get("/static/backfill_progress.js")
+    def page_script() -> FileResponse:
+        """The React app Airflow's UI loads (code only: no data, so no sign-in needed)."""
+        return FileResponse(PAGE_SCRIPT, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/jobs")
     def list_jobs(user: GetUserDep) -> dict[str, Any]:
         readable = [known for known in jobs.jobs().values() if _is_authorized(user, READ, known)]
-        return {"jobs": [job_view(known) for known in readable]}
+        return {"jobs": [job_view(known, can_edit=_is_authorized(user, EDIT, known)) for known in readable]}
 
     @app.get("/api/jobs/{job_name}")
     def get_job(job_name: str, user: GetUserDep) -> dict[str, Any]:
-        return job_view(authorized(job_name, user, READ))
+        known = authorized(job_name, user, READ)
+        return job_view(known, can_edit=_is_authorized(user, EDIT, known))
 
     @app.post("/api/jobs/{job_name}/alter")
     async def alter_job(job_name: str, request: Request, user: GetUserDep) -> dict[str, Any]:
-        """Alter or reset the backfill parallelism / rate limit; applies at the next chunk or round."""
+        """Alter, resume or reset the backfill parallelism / rate limit; applies at the next chunk
+        or round. The answer holds the settings before and after, the overrides now stored
+        and when they apply."""
         known = await run_in_threadpool(authorized, job_name, user, EDIT)
         if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
             raise HTTPException(status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
@@ -168,13 +205,16 @@ def create_app(registry: JobRegistry | None = None) -> FastAPI:
         except ValueError:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, "the body is not valid JSON") from None
         try:
-            overrides, reset = parse_alter_body(body)
+            overrides, action = parse_alter_body(body)
             await run_in_threadpool(register_job_storage, known.job)
-            result: AlterResult = await run_in_threadpool(apply_alter, known.job, overrides, reset=reset)
+            result: AlterResult = await run_in_threadpool(
+                apply_alter, known.job, overrides, reset=action == "reset", resume=action == "resume"
+            )
+            stored = await run_in_threadpool(read_overrides, known.job.target)
         except (AlterRequestError, BackfillConfigError) as error:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, str(error)) from None
-        log.info("job %s altered by %s: %s%s", known.name, user.get_name(), overrides, " (reset)" if reset else "")
-        return {"name": known.name, "reset": reset, "before": _settings(result.before),
-                "after": _settings(result.after), "message": result.safe_point.message}
+        log.info("job %s altered by %s: %s", known.name, user.get_name(), action or overrides)
+        return {"name": known.name, "action": action or "alter", "before": _settings(result.before),
+                "after": _settings(result.after), "stored": stored, "message": result.safe_point.message}
 
     return app

@@ -16,12 +16,13 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook, job_source
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.sensors.deferrable import DeferrableSensor
+from airflow_backfill.serialized_job import SerializesJob
 
 if TYPE_CHECKING:
     from airflow.triggers.base import BaseTrigger
 
 
-class CaughtUpSensor(DeferrableSensor):
+class CaughtUpSensor(SerializesJob, DeferrableSensor):
     """Succeeds once the job's MV trails its upstream by at most `lag_threshold` epochs.
 
     :param job: the job (a BackfillJob, its mapping, or a YAML file path).

@@ -133,7 +133,24 @@ def test_the_task_group_pins_the_vector_and_takes_every_upstream_as_inlet(join_j
     sensor.reference_version = None  # rendered from catch-up's XCom when it runs
     assert sensor.make_trigger(deadline=1.0).source == {u.name: u.table for u in join_job.upstreams}
     snapshot.epoch, snapshot.epochs = 8, {"orders": 3, "items": 5}  # as rendered from pin_epoch's XCom
-    assert snapshot.phase_arguments({}, {}) == ["--epochs", '{"items": 5, "orders": 3}']
+    assert snapshot.phase_arguments({}, {}) == ["--epochs", "items=5,orders=3"]
+
+
+@pytest.mark.parametrize("text", ["items=5,orders=3", '{"orders": 3, "items": 5}'])
+def test_the_snapshot_entry_point_reads_the_pinned_vector_as_the_task_logs_it_or_as_json(text):
+    from airflow_backfill.spark_jobs.snapshot import parse_args
+
+    args = parse_args(["--job", "job.json", "--epochs", text])
+    assert args.epochs == {"orders": 3, "items": 5} and args.epoch is None
+
+
+@pytest.mark.parametrize("text", ["orders=3,items", "orders=-1", "orders=x", "{}", "[3]"])
+def test_the_snapshot_entry_point_refuses_a_vector_without_every_version(text, capsys):
+    from airflow_backfill.spark_jobs.snapshot import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--job", "job.json", "--epochs", text])
+    assert "--epochs must name each upstream's version" in capsys.readouterr().err
 
 
 def test_the_status_shows_each_upstreams_lag(join_job):
@@ -177,3 +194,14 @@ def test_the_q3_example_dag_imports_and_matches_its_job_file(monkeypatch, tmp_pa
     job = load_job(root / "jobs" / "tpch_q3.yaml")
     assert job.with_overrides(query=" ".join(job.query.split())) == snapshot.job.with_overrides(
         query=" ".join(snapshot.job.query.split()))
+
+
+def test_the_ui_view_of_a_join_has_its_status_and_no_single_upstream_lag_history(join_job):
+    from airflow_backfill.plugins.api import job_view
+    from airflow_backfill.plugins.jobs import KnownJob
+
+    commit_versions(join_job, {"orders": 3, "items": 5})
+    write_join_mv(join_job, {"orders": 1, "items": 5})
+    view = job_view(KnownJob(join_job, ("joined",)), can_edit=False)
+    assert view["error"] is None and view["lag_history"] == []
+    assert [(u["name"], u["pending_epochs"]) for u in view["status"]["upstreams"]] == [("orders", 2), ("items", 0)]

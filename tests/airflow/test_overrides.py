@@ -10,11 +10,11 @@ from airflow_backfill.overrides import job_overrides, validate_overrides
 
 def test_valid_overrides_are_returned_and_split():
     conf = {"backfill_parallelism": 4, "parallelism": 1, "rate_limit": None, "lag_threshold": 0,
-            "forward_max_epochs": 5, "forward_idle_timeout": 2}
+            "round_plan": "recompute", "forward_max_epochs": 5, "forward_idle_timeout": 2}
     checked = validate_overrides(conf)
     assert checked["forward_idle_timeout"] == 2.0
     assert job_overrides(checked) == {"backfill_parallelism": 4, "parallelism": 1, "rate_limit": None,
-                                      "lag_threshold": 0}
+                                      "lag_threshold": 0, "round_plan": "recompute"}
 
 
 def test_empty_conf_means_no_overrides():
@@ -32,6 +32,7 @@ def test_empty_conf_means_no_overrides():
         ({"parallelism": True}, r"dag_run.conf\['parallelism'\] must be an integer"),
         ({"rate_limit": -5}, r"rate_limit must be between 1 and"),
         ({"lag_threshold": 1.5}, r"lag_threshold must be a non-negative integer"),
+        ({"round_plan": "merge"}, r"round_plan must be one of auto, incremental, recompute, got 'merge'"),
         ({"forward_max_epochs": 0}, r"dag_run.conf\['forward_max_epochs'\] must be a positive integer or null"),
         ({"forward_idle_timeout": "soon"}, r"dag_run.conf\['forward_idle_timeout'\] must be a positive number"),
     ],

@@ -3,9 +3,9 @@ the watermark they read back from the Delta log."""
 
 from __future__ import annotations
 
-import base64
 import json
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -14,21 +14,23 @@ from conftest import context_with
 from helpers_delta import write_mv_version
 
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.job import BackfillJob
+from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.operators.phases import (
     ForwardOperator,
     LogStoreCatchUpOperator,
     SnapshotBackfillOperator,
 )
 
-PROGRESS_LINK = {"_link_BackfillProgressLink": "/airflow-backfill/jobs/orders_mv"}
+PROGRESS_LINK = {"_link_BackfillProgressLink": "/plugin/airflow-backfill/jobs/orders_mv"}
 """Pushed when a phase starts, so a running phase already links to its job's page."""
 MV_ROWS = pa.table({"order_id": pa.array([0], pa.int64()), "amount": pa.array([0.0])})
 
 
 @pytest.fixture
-def submitted(monkeypatch):
-    """Replace the actual spark-submit with a recorder that commits like a phase would."""
+def submitted(monkeypatch, tmp_path):
+    """Replace the actual spark-submit with a recorder that commits like a phase would;
+    the task logs (and the job files beside them) go to `tmp_path / "logs"`."""
+    monkeypatch.setenv("AIRFLOW__LOGGING__BASE_LOG_FOLDER", str(tmp_path / "logs"))
     calls: list[dict] = []
 
     def fake_execute(operator, context):
@@ -41,8 +43,10 @@ def submitted(monkeypatch):
 
 
 def decoded_job(args: list[str]) -> BackfillJob:
-    payload = args[args.index("--job-b64") + 1]
-    return BackfillJob.from_mapping(json.loads(base64.b64decode(payload)))
+    """The job the entry point reads: the file `--job` names, as it loads any job file."""
+    path = Path(args[args.index("--job") + 1])
+    assert path.is_absolute() and path.parent.parts[-3:] == ("logs", "airflow_backfill", "jobs"), path
+    return load_job(path)
 
 
 def test_snapshot_submits_its_entry_point_with_the_pinned_epoch(job, submitted):
@@ -70,6 +74,18 @@ def test_catch_up_uses_conf_overrides_and_pushes_the_handover(job, submitted):
     assert args[args.index("--parallelism") + 1] == "3"
     assert decoded_job(args).backfill_parallelism == 3
     assert context["ti"].pushed == {"caught_up_epoch": 7, "handover_version": 7, **PROGRESS_LINK}
+
+
+def test_the_job_file_is_named_by_its_content_and_nothing_in_the_arguments_looks_like_a_jwt(job, submitted):
+    """Airflow masks log text starting with `eyJ`; a rerun of the same job reuses its file,
+    a run with overrides gets another, and neither rewrites the first."""
+    for conf in ({}, {}, {"backfill_parallelism": 3}):
+        LogStoreCatchUpOperator(task_id="catch_up", job=job).execute(context_with(conf))
+    paths = [call["args"][call["args"].index("--job") + 1] for call in submitted]
+    assert paths[0] == paths[1] != paths[2]
+    assert decoded_job(submitted[0]["args"]) == job and decoded_job(submitted[2]["args"]).backfill_parallelism == 3
+    assert len(list(Path(paths[0]).parent.iterdir())) == 2  # no partial file left behind
+    assert not any("eyJ" in argument for call in submitted for argument in call["args"])
 
 
 def test_forward_runs_at_the_normal_parallelism_with_bounds(job, submitted):
@@ -174,7 +190,7 @@ def test_verify_submits_its_entry_point_and_pushes_only_its_progress_link(job, s
     assert os.path.basename(call["application"]) == "verify.py"
     assert call["args"][call["args"].index("--key-ranges") + 1] == "16"
     assert call["args"][call["args"].index("--parallelism") + 1] == "2"
-    assert context["ti"].pushed == {"_link_BackfillProgressLink": f"/airflow-backfill/jobs/{job.name}"}
+    assert context["ti"].pushed == {"_link_BackfillProgressLink": f"/plugin/airflow-backfill/jobs/{job.name}"}
 
 
 def test_the_verify_entry_point_checks_its_arguments():
@@ -216,5 +232,6 @@ def test_s3_credentials_reach_spark_submit_only_through_its_environment(job, sub
     call = submitted[0]
     assert call["conf"]["spark.hadoop.fs.s3a.endpoint"] == s3.endpoint_url
     assert s3.secret_access_key not in json.dumps([call["conf"], call["args"]])
+    assert s3.secret_access_key not in Path(call["args"][call["args"].index("--job") + 1]).read_text()
     assert (call["env"].get("AWS_SECRET_ACCESS_KEY") == s3.secret_access_key) is passed
     assert ("AWS_ACCESS_KEY_ID" in call["env"]) is passed

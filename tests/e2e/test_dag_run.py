@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,9 +133,9 @@ def wait_for(condition, what: str, timeout: float, airflow: RunningAirflow):
     raise AssertionError(f"{what} not within {timeout:.0f}s\n{logs}")
 
 
-def _parsed(airflow: RunningAirflow) -> bool:
+def _parsed(airflow: RunningAirflow, dag_id: str = DAG_ID) -> bool:
     try:
-        return bool(airflow.get(f"/dags/{DAG_ID}"))
+        return bool(airflow.get(f"/dags/{dag_id}"))
     except httpx.HTTPStatusError:
         return False
 
@@ -148,20 +149,21 @@ def _forward_committed(job: BackfillJob) -> bool:
 
 
 def _forward_processes() -> list[psutil.Process]:
-    """The forward phase's spark-submit JVM and Python driver (both carry forward.py --job-b64)."""
+    """The forward phase's spark-submit JVM and Python driver (both carry forward.py --job)."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         command = " ".join(process.info["cmdline"] or [])
-        if "forward.py" in command and "--job-b64" in command:
+        if "forward.py" in command and "--job " in command:
             found.append(process)
     return found
 
 
 def test_a_triggered_run_backfills_a_live_upstream_and_stops_forward_when_marked_failed(
-    job, running_airflow, spark_cluster,
+    job, running_airflow, spark_cluster, kafka_broker, tmp_path,
 ):
     """Forward runs unbounded until the test marks its task failed, as a user does in the UI:
-    Airflow's supervisor stops the task, the driver ends without tearing a commit."""
+    Airflow's supervisor stops the task, the driver ends without tearing a commit. Then the
+    same Airflow runs a Kafka source backfill beside its source job (`run_kafka_dag`)."""
     airflow = running_airflow
     simulator = start_simulator(job.source, seed=11)
     try:
@@ -214,3 +216,80 @@ def test_a_triggered_run_backfills_a_live_upstream_and_stops_forward_when_marked
     checked = assert_every_commit_matches(job.source, job.target, job.query, job.app_id, key=list(job.primary_key))
     assert checked >= 3  # snapshot, at least one catch-up round, at least one forward commit
     assert {c["airflow_backfill.phase"] for c in mv_commits(job.target)} >= {"snapshot", "catch_up", "forward"}
+    run_kafka_dag(airflow, kafka_broker, tmp_path / "kafka")
+
+
+KAFKA_DAG_ID = "scheduled_kafka_orders_mv"
+KAFKA_DAG_FILE = '''
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
+    kafka_backfill_task_group(KafkaPipeline.from_mapping({pipeline!r}), source_job_until_finished=True,
+                              conn_id="spark_local")
+'''
+
+
+def run_kafka_dag(airflow: RunningAirflow, kafka_broker, tables: Path) -> None:
+    """The Kafka example's task group run by the scheduler (local Spark, the brokers from a
+    `kafka` connection) while records arrive: the source job task and the backfill run side
+    by side, the source job's driver is SIGKILLed once and its task retried, and every
+    record is in the source table and the MV exactly once, every split Finished."""
+    from kafka_oracle import QUERY, assert_oracle, assert_source_table
+    from test_kafka_dag import KillSourceJobOnce
+
+    from airflow_backfill.kafka.config import KafkaPipeline
+    from airflow_backfill.kafka.positions import backfill_position
+    from airflow_backfill.kafka.simulator import VALUE_SCHEMA, KafkaSimulator
+
+    headers = {"Authorization": f"Bearer {airflow.token}"}
+    for connection in (
+        {"connection_id": "spark_local", "conn_type": "spark", "host": "local", "extra": '{"deploy-mode": "client"}'},
+        {"connection_id": "kafka_scheduled", "conn_type": "kafka",
+         "extra": f'{{"bootstrap.servers": "{kafka_broker.bootstrap_servers}"}}'},
+    ):
+        created = httpx.post(f"{airflow.url}/api/v2/connections", json=connection, headers=headers, timeout=30)
+        assert created.status_code == 201, created.text
+    simulator = KafkaSimulator(kafka_broker.bootstrap_servers, "scheduled-orders")
+    pipeline = KafkaPipeline.from_mapping({
+        "upstream": {"kafka_conn_id": "kafka_scheduled", "topic": simulator.topic, "value_schema": VALUE_SCHEMA},
+        "source_job": {"name": "scheduled_orders_source", "table": str(tables / "orders")},
+        "backfill": {"name": "scheduled_kafka_orders_mv", "query": QUERY, "target": str(tables / "mv"),
+                     "backfill_parallelism": 1},
+    })
+    dags = Path(airflow.env["AIRFLOW__CORE__DAGS_FOLDER"])
+    (dags / f"{KAFKA_DAG_ID}.py").write_text(KAFKA_DAG_FILE.format(dag_id=KAFKA_DAG_ID,
+                                                                   pipeline=pipeline.to_mapping()))
+    stop = threading.Event()
+    producer = threading.Thread(target=simulator.produce_at_rates, args=({0: 10.0, 1: 10.0}, 1800.0, stop))
+    killer = KillSourceJobOnce(pipeline.backfill.target)
+    try:
+        simulator.create_topic(2)
+        simulator.produce({0: 150, 1: 100})
+        producer.start()
+        wait_for(lambda: _parsed(airflow, KAFKA_DAG_ID), "the DAG processor parsing the Kafka DAG", 180, airflow)
+        killer.start()
+        triggered = run_airflow("dags", "trigger", KAFKA_DAG_ID, "--run-id", RUN_ID, env=airflow.env)
+        assert triggered.returncode == 0, triggered.stdout[-3000:] + triggered.stderr[-3000:]
+        state = wait_for(
+            lambda: (s := airflow.get(f"/dags/{KAFKA_DAG_ID}/dagRuns/{RUN_ID}")["state"]) in ("success", "failed") and s,
+            "the Kafka run ending", RUN_TIMEOUT_S, airflow,
+        )
+    finally:
+        stop.set()
+        killer.stop.set()
+        producer.join(timeout=60)
+        simulator.close()
+    instances = airflow.get(f"/dags/{KAFKA_DAG_ID}/dagRuns/{RUN_ID}/taskInstances")["task_instances"]
+    tasks = {ti["task_id"]: (ti["state"], ti["try_number"]) for ti in instances}
+    assert state == "success" and {task_state for task_state, _ in tasks.values()} == {"success"}, tasks
+    assert killer.killed is not None, "no source job was seen running beside the backfill"
+    final = backfill_position(pipeline.backfill.target)
+    assert final.finished and set(final.splits) == {0, 1}, final.splits
+    assert_oracle(pipeline.backfill.target, simulator.produced)
+    assert_source_table(pipeline.source_job.table, simulator.produced)
+    print(f"Kafka DAG under the scheduler: source job killed ({killer.killed}), tasks {tasks}")
+

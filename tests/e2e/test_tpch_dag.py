@@ -1,10 +1,14 @@
 """`airflow dags test example_tpch_pricing_summary` while TPC-H refreshes (RF1, RF2) keep
 committing to `lineitem`: the Q1-style summary and the MV built on it (MV-on-MV) then
-equal their queries recomputed independently at every commit's watermark."""
+equal their queries recomputed independently at every commit's watermark. The
+`spark-submit` command the summary's catch-up task logged, pasted into a shell after
+`source scripts/env.sh`, reruns that phase over refreshes committed since."""
 
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import threading
 from pathlib import Path
 
@@ -56,6 +60,21 @@ def load_example_jobs(home: Path):
     return module.PRICING_SUMMARY, module.LINESTATUS_TOTALS
 
 
+def logged_command(output: str, phase: str, job_name: str) -> str:
+    """The command the Spark provider logged for `phase` of `job_name`, as a person copies it
+    from the task's log (the text after `Spark-Submit cmd: `, without the logger's suffix)."""
+    commands = re.findall(r"Spark-Submit cmd: (spark-submit .*?) \[airflow\.task", output)
+    mine = [command for command in commands if f"--name airflow_backfill-{job_name}-{phase} " in command]
+    assert len(mine) == 1, f"{len(mine)} logged {phase} commands of {job_name} among {len(commands)}"
+    return mine[0]
+
+
+def rerun_in_a_shell(command: str) -> subprocess.CompletedProcess:
+    """`command` pasted into bash in the checkout, after `source scripts/env.sh`."""
+    return subprocess.run(["bash", "-c", f"source scripts/env.sh && {command}"], cwd=ROOT, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=600)
+
+
 def airflow_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """Where the example's tables go, and the environment of an `airflow` command with a
     private home and database reading the checkout's dags/."""
@@ -94,6 +113,16 @@ def test_dags_test_builds_both_mvs_while_refreshes_commit(tmp_path):
     assert summary.source == tables.lineitem and totals.source == summary.target
     # a short idle wait for the totals: nothing refreshes the summary while its own tasks do not run
     output = dags_test_under_refreshes("example_tpch_pricing_summary", env, tables)
+
+    # More epochs than the summary's lag threshold, then its logged catch-up command by hand.
+    command = logged_command(output, "catch_up", summary.name)
+    assert "eyJ" not in command and "***" not in command
+    for refresh in (tpch.insert_new_orders, tpch.delete_old_orders, tpch.insert_new_orders):
+        refresh(tables, seed=4, count=5)
+    rerun = rerun_in_a_shell(command)
+    assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-5000:]
+    assert DeltaTable(summary.target).transaction_version(summary.app_id) == DeltaTable(tables.lineitem).version()
+    assert mv_commits(summary.target)[-1]["airflow_backfill.phase"] == "catch_up"
 
     checked: dict[str, int] = {}
     for job in (summary, totals):

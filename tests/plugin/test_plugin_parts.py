@@ -1,5 +1,6 @@
-"""The plugin's parts without a server: registration through the provider info, the jobs
-the DAGs declare (the only addressable jobs), and the page's configuration."""
+"""The plugin's parts without a server: registration through the provider info, the job
+in the serialized DAG (the only way the API server learns of jobs), the registry that
+decodes a DAG only when it changed, the alter body, and the lag history."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ import sys
 import pendulum
 import pytest
 from airflow.sdk import DAG
+from airflow.serialization.serialized_objects import DagSerialization
 
+from airflow_backfill.engine.lag_history import CommitTimes, lag_history, latest_version_at
 from airflow_backfill.get_provider_info import get_provider_info
 from airflow_backfill.job import BackfillJob
-from airflow_backfill.plugins.jobs import JobRegistry, jobs_of_dags
-from airflow_backfill.plugins.page import render_page
+from airflow_backfill.plugins.api import AlterRequestError, parse_alter_body
+from airflow_backfill.plugins.jobs import JobRegistry, JobTask, index_jobs, jobs_in_serialized_dag
+from airflow_backfill.plugins.page import PAGE_SCRIPT
 from airflow_backfill.task_group import backfill_task_group
 
 
@@ -32,6 +36,11 @@ def make_dag(dag_id: str, *jobs: BackfillJob) -> DAG:
     return dag
 
 
+def serialized(dag: DAG) -> dict:
+    """What the DAG processor stores, through JSON as the database holds it."""
+    return json.loads(json.dumps(DagSerialization.to_dict(dag)))
+
+
 def test_the_provider_info_registers_the_plugin_and_the_link():
     info = get_provider_info()
     [plugin] = info["plugins"]
@@ -39,6 +48,8 @@ def test_the_provider_info_registers_the_plugin_and_the_link():
     plugin_class = getattr(importlib.import_module(module), name)
     assert plugin_class.name == plugin["name"]
     assert [app["url_prefix"] for app in plugin_class.fastapi_apps] == ["/airflow-backfill"]
+    [react_app] = plugin_class.react_apps
+    assert react_app["bundle_url"] == "airflow-backfill/static/backfill_progress.js" and PAGE_SCRIPT.is_file()
     for link in info["extra-links"]:
         module, _, name = link.rpartition(".")
         assert getattr(importlib.import_module(module), name)().name == "Backfill progress"
@@ -51,48 +62,137 @@ def test_airflow_loads_the_plugin_from_the_provider():
     plugins = {plugin["name"]: plugin for plugin in json.loads(result.stdout)}
     assert "airflow_backfill" in plugins
     assert "/airflow-backfill" in str(plugins["airflow_backfill"]["fastapi_apps"])
-    assert "'url_route': 'airflow-backfill'" in str(plugins["airflow_backfill"]["external_views"])
+    assert "'url_route': 'airflow-backfill'" in str(plugins["airflow_backfill"]["react_apps"])
+
+
+def test_every_task_of_a_backfill_group_carries_its_job_in_the_serialized_dag(tmp_path):
+    job = make_job("orders_mv", str(tmp_path))
+    data = serialized(make_dag("backfill", job))
+    found = jobs_in_serialized_dag("backfill", data)
+    assert {found_job for found_job, _ in found} == {job}
+    assert sorted(task.task_type for _, task in found) == [
+        "CaughtUpSensor", "ForwardOperator", "LogStoreCatchUpOperator", "PinEpochOperator",
+        "SnapshotBackfillOperator",
+    ]
+    assert {task.task_id for _, task in found} >= {"group_0.snapshot", "group_0.forward"}
+    # The scheduler and the API server read the same record back as before.
+    assert len(DagSerialization.from_dict(data).tasks) == 5
+
+
+def test_a_serialized_job_that_does_not_load_is_left_out(tmp_path, caplog):
+    data = serialized(make_dag("backfill", make_job("orders_mv", str(tmp_path))))
+    data["dag"]["tasks"][0]["__var"]["backfill_job"] = json.dumps({"name": "broken"})
+    assert len(jobs_in_serialized_dag("backfill", data)) == 4
+    assert "carries a job the UI cannot read" in caplog.text
 
 
 def test_jobs_are_indexed_by_name_with_every_dag_that_declares_them(tmp_path):
     first, second = make_job("orders_mv", str(tmp_path)), make_job("totals_mv", str(tmp_path))
-    jobs = jobs_of_dags([make_dag("backfill_b", first, second), make_dag("backfill_a", first)])
+    declared = [*jobs_in_serialized_dag("backfill_b", serialized(make_dag("backfill_b", first, second))),
+                *jobs_in_serialized_dag("backfill_a", serialized(make_dag("backfill_a", first)))]
+    jobs = index_jobs(declared)
     assert list(jobs) == ["orders_mv", "totals_mv"]
     assert jobs["orders_mv"].dag_ids == ("backfill_a", "backfill_b") and jobs["orders_mv"].job == first
     assert jobs["totals_mv"].dag_ids == ("backfill_b",)
+    assert len(jobs["orders_mv"].tasks) == 10
 
 
 def test_a_different_job_under_a_known_name_is_left_out(tmp_path, caplog):
     first = make_job("orders_mv", str(tmp_path))
     other = make_job("orders_mv", str(tmp_path), query="SELECT order_id FROM source")
-    jobs = jobs_of_dags([make_dag("a", first), make_dag("b", other)])
+    jobs = index_jobs([(first, JobTask("a", "t", "ForwardOperator")), (other, JobTask("b", "t", "ForwardOperator"))])
     assert jobs["orders_mv"].job == first and jobs["orders_mv"].dag_ids == ("a",)
     assert "differs from another DAG's job" in caplog.text
 
 
-def test_the_registry_parses_the_dags_again_only_after_its_ttl(tmp_path):
+class FakeDatabase:
+    """Serialized DAGs by id, with the number of DAGs decoded."""
+
+    def __init__(self, dags: dict[str, tuple[str, dict]]) -> None:
+        self.dags = dags
+        self.loads: list[str] = []
+
+    def versions(self) -> dict[str, str]:
+        return {dag_id: version for dag_id, (version, _) in self.dags.items()}
+
+    def load(self, dag_id: str) -> dict:
+        self.loads.append(dag_id)
+        return self.dags[dag_id][1]
+
+
+def test_the_registry_decodes_a_dag_only_when_it_changed(tmp_path):
+    job = make_job("orders_mv", str(tmp_path))
+    plain = {"dag": {"tasks": [{"__var": {"task_id": "nothing"}, "__type": "operator"}]}}
+    database = FakeDatabase({"backfill": ("1:a", serialized(make_dag("backfill", job))),
+                             **{f"plain_{index}": ("1:a", plain) for index in range(50)}})
     now = [0.0]
-    loads: list[int] = []
-
-    def load_dags():
-        loads.append(1)
-        return [make_dag("a", make_job(f"job_{len(loads)}", str(tmp_path)))]
-
-    registry = JobRegistry(load_dags, ttl=30, clock=lambda: now[0])
-    assert registry.get("job_1") is not None
-    now[0] = 29.0
-    assert registry.get("job_1") is not None and len(loads) == 1
-    now[0] = 30.0
-    assert registry.get("job_1") is None and registry.get("job_2") is not None and len(loads) == 2
-
-
-@pytest.mark.parametrize("job_name", [None, "orders_mv"])
-def test_the_page_calls_the_routes_under_its_mount_point(job_name):
-    html = render_page("/base/airflow-backfill", job_name)
-    config = json.loads(html.split("const CONFIG = ", 1)[1].split(";\n", 1)[0])
-    assert config == {"api": "/base/airflow-backfill/api/jobs", "job": job_name, "refresh_ms": 2000}
+    registry = JobRegistry(database, ttl=5, clock=lambda: now[0])
+    assert registry.get("orders_mv").job == job and len(database.loads) == 51
+    now[0] = 4.9
+    assert registry.get("orders_mv") is not None and len(database.loads) == 51
+    now[0] = 5.0
+    assert registry.get("orders_mv") is not None and len(database.loads) == 51  # nothing changed
+    renamed = make_job("orders_v2", str(tmp_path))
+    database.dags["backfill"] = ("1:b", serialized(make_dag("backfill", renamed)))
+    del database.dags["plain_0"]
+    now[0] = 10.0
+    assert registry.get("orders_mv") is None and registry.get("orders_v2").job == renamed
+    assert database.loads[51:] == ["backfill"]
 
 
-def test_the_page_configuration_cannot_close_its_script():
-    html = render_page("", "a</script><script>alert(1)")
-    assert "</script><script>alert(1)" not in html
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"backfill_parallelism": 3}, ({"backfill_parallelism": 3}, None)),
+    ({"rate_limit": None}, ({"rate_limit": None}, None)),
+    ({"rate_limit": 0}, ({"rate_limit": 0}, None)),
+    ({"resume": True}, ({}, "resume")),
+    ({"reset": True}, ({}, "reset")),
+])
+def test_alter_bodies(body, expected):
+    assert parse_alter_body(body) == expected
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"resume": True, "rate_limit": 5}, "resume cannot be combined with rate_limit"),
+    ({"resume": True, "reset": True}, "send reset or resume, not both"),
+    ({"resume": False}, "resume can only be true"),
+    ({"rate_limit": "1,000"}, "rate_limit must be an integer"),
+    ({"backfill_parallelism": ""}, "backfill_parallelism must be an integer"),
+    ({"backfill_parallelism": None}, "backfill_parallelism must be an integer"),
+    ({"rate_limit": -1}, "rate_limit must be between 1 and"),
+])
+def test_refused_alter_bodies(body, message):
+    with pytest.raises(AlterRequestError, match=message):
+        parse_alter_body(body)
+
+
+TIMES = {version: 1_000_000 + 10_000 * version for version in range(11)}
+"""Upstream commit times (ms): one version every 10 s."""
+
+
+def test_the_latest_version_at_a_time_is_found_by_bisection():
+    reads: list[int] = []
+
+    def timestamp_of(_uri: str, version: int) -> int:
+        reads.append(version)
+        return TIMES[version]
+
+    assert latest_version_at("up", TIMES[7] + 5_000, 2, 10, timestamp_of) == 7
+    assert latest_version_at("up", TIMES[10], 2, 10, timestamp_of) == 10
+    assert latest_version_at("up", TIMES[2] - 1, 2, 10, timestamp_of) is None
+    assert len(reads) <= 12
+
+
+def test_the_lag_history_has_one_point_per_phase_commit():
+    commits = [  # newest first, as the status lists them
+        {"version": 3, "timestamp": TIMES[9] + 1_000, "phase": "forward", "epoch": 9},
+        {"version": 2, "timestamp": TIMES[8] + 500, "phase": "catch_up", "epoch": 6},
+        {"version": 1, "timestamp": TIMES[5] + 500, "phase": "snapshot", "epoch": 2},
+        {"version": 0, "timestamp": TIMES[3], "phase": None, "epoch": 2},  # a snapshot chunk
+    ]
+    times = CommitTimes(read=lambda _uri, version: TIMES[version])
+    points = lag_history("up", commits, 10, times)
+    assert [(point.mv_version, point.epochs, point.seconds) for point in points] == [
+        (1, 3, 30.0), (2, 2, 20.0), (3, 0, 0.0),
+    ]
+    assert points[0].at == (TIMES[5] + 500) / 1000
+    assert lag_history("up", commits, None, times) == []

@@ -26,11 +26,27 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.state import read_state, state_uri, state_watermark
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
-from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed
-from airflow_backfill.engine.delta.commits import PRESENT, CommitInfo, commit_watermark_only, merge_keyed
+from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
+from airflow_backfill.engine.delta.commits import (
+    PLAN_FIELD,
+    PRESENT,
+    CommitInfo,
+    commit_watermark_only,
+    overwrite,
+)
+from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
+from airflow_backfill.engine.delta.log import rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import signed_rows
 from airflow_backfill.engine.planning import aggregate_sql as sql
+from airflow_backfill.engine.planning.round_plan import (
+    RECOMPUTE,
+    WATERMARK_ONLY,
+    RoundPlan,
+    aggregate_round_estimates,
+)
+from airflow_backfill.engine.round_planner import plan_round, rates_at, recompute_first
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -86,55 +102,67 @@ def bring_mv_to_state(spark: SparkSession, job: BackfillJob, plan: QueryPlan, up
     old_rows = spark.read.format("delta").load(job.target)
     new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
     changes = mv_changes(old_rows, new_rows, plan.mv_key)
-    merge_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=info.epoch,
+    write_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=info.epoch,
                 user_metadata=info.user_metadata(job), null_safe=True)
 
 
 def apply_aggregate_changes(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, info: CommitInfo,
-) -> tuple[int, int]:
-    """Fold the change rows of (watermark, info.epoch] into the state and the MV.
+) -> tuple[int, int, RoundPlan]:
+    """Fold the change rows of (watermark, info.epoch] into the state and the MV, or
+    recompute both at info.epoch when the round's plan says that is cheaper.
 
-    Returns (change rows read, MV rows changed).
+    Returns (change rows read, MV rows changed, the plan).
     """
     aggregate = _aggregate(plan)
+    early = recompute_first(job, watermark, info.epoch, info.parallelism, aggregate=True)
+    if early is not None:
+        return 0, recompute_aggregate(spark, job, plan, info, early), early
     feed = read_change_feed(spark, job.source, watermark, info.epoch)
     referenced = sql.row_columns(aggregate)
     columns = [c for c in feed.columns if c not in FEED_COLUMNS and c.lower() in referenced]
     signed = signed_rows(feed, columns).cache()
     try:
-        return fold_signed_rows(spark, job, plan, signed, _upstream_columns(feed), info)
+        return fold_signed_rows(spark, job, plan, signed, _upstream_columns(feed), info, recompute_at=info.epoch)
     finally:
         signed.unpersist()
 
 
 def fold_signed_rows(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, signed: DataFrame, upstream: StructType,
-    info: CommitInfo,
-) -> tuple[int, int]:
+    info: CommitInfo, *, recompute_at: int | None,
+) -> tuple[int, int, RoundPlan]:
     """Fold signed rows of the query's `source` (its columns, typed as in `upstream`, plus
-    `__sign`) into the state and the MV, committing both at `info.epoch`.
+    `__sign`) into the state and the MV, committing both at `info.epoch` through
+    `commit_round` (`recompute_at`: as there; None when the query's `source` is no single
+    table to recompute from, as for a join's flat relation).
 
-    Returns (signed rows folded, MV rows changed).
+    Returns (signed rows folded, MV rows changed, the plan).
     """
     aggregate = _aggregate(plan)
     state = read_state(spark, job, _state_columns(aggregate))
     change_rows = signed.count()
     if not change_rows:
         _commit_watermarks_only(spark, job, state.schema, info)
-        return 0, 0
-    rows = _touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
+        return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
+    rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
     try:
-        return change_rows, _commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows))
+        return (change_rows,
+                *commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows),
+                              recompute_at=recompute_at))
     finally:
         rows.unpersist()
 
 
-def _commit_round(
+def commit_round(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, aggregate: AggregateQuery, rows: DataFrame,
-    info: CommitInfo,
-) -> int:
-    """Merge the state changes, then the MV changes, of one round; returns MV rows changed."""
+    info: CommitInfo, *, recompute_at: int | None,
+) -> tuple[int, RoundPlan]:
+    """Write the state changes, then the MV changes, of one round (`rows`: per touched group
+    its new state and MV change, `touched_groups`), each the cheapest way; or recompute
+    both from the upstream as of `recompute_at` when that is cheaper (None: the upstream
+    cannot be read whole, as a Kafka topic's records cannot, or is no single table, as a
+    join's upstreams are). Returns (MV rows changed, the plan)."""
     from pyspark.sql import functions as F
 
     if not rows.filter(F.col(sql.ROWS) < 0).limit(1).isEmpty():
@@ -142,16 +170,64 @@ def _commit_round(
             f"the aggregate state of MV {job.target} went negative for some group: the state does not "
             "match the upstream's change feed. Rebuild the MV: delete the target and rerun the snapshot."
         )
+    keys = sql.key_columns(aggregate)
+    state = prepare(spark, state_uri(job.target), _state_changes(aggregate, rows), keys, null_safe=True)
+    mv = prepare(spark, job.target, _mv_row_changes(spark, job, rows), plan.mv_key, null_safe=True)
+    try:
+        rates = rates_at(info.parallelism)
+        state_ways, mv_ways = state.estimates(rates), mv.estimates(rates)
+        upstream = table_rows(job.source, recompute_at) if recompute_at is not None else 0
+        estimates = aggregate_round_estimates(info.rows, state_ways, mv_ways, upstream, state.facts.rows,
+                                              mv.facts.rows, rates)
+        if recompute_at is None:
+            estimates.pop(RECOMPUTE)
+        chosen = plan_round(job, estimates, f"{info.rows} change rows, {state.changed.rows} groups touched of "
+                                            f"{state.facts.rows}, {mv.facts.rows} MV rows")
+        if chosen.plan == RECOMPUTE:
+            return recompute_aggregate(spark, job, plan, info, chosen), chosen
+        chosen = chosen.with_writes(state=_cheapest(state_ways), mv=_cheapest(mv_ways))
+        metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+        maybe_crash(info.phase, "after_write")
+        groups = write(spark, state, chosen.writes["state"], app_id=job.app_id, version=info.epoch,
+                       user_metadata=metadata.user_metadata(job))
+        maybe_crash(info.phase, "after_state_commit")
+        mv_info = replace(metadata, extra={**metadata.extra, "groups_changed": str(groups)})
+        changed = write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=info.epoch,
+                        user_metadata=mv_info.user_metadata(job))
+        maybe_crash(info.phase, "after_commit")
+        return changed, chosen
+    finally:
+        state.release()
+        mv.release()
+
+
+def _cheapest(estimates: dict[str, float]) -> str:
+    return min(estimates, key=lambda way: (estimates[way], way))
+
+
+def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, info: CommitInfo,
+                        chosen: RoundPlan) -> int:
+    """Recompute the state from the upstream as of info.epoch and overwrite the state, then
+    the MV, with it (the same order and watermark as an incremental round, so a crash
+    between the two is recovered the same way). Returns the MV's rows."""
+    aggregate = _aggregate(plan)
+    upstream = read_upstream_as_of(spark, job.source, info.epoch)
+    upstream.createOrReplaceTempView("source")
+    state_schema = read_state(spark, job, _state_columns(aggregate)).schema
+    state = cast_to(spark.sql(sql.state_sql(aggregate)), state_schema)
+    metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+    log.info("%s: recomputing the aggregate at epoch %s (%s)", info.phase, info.epoch, chosen.reason)
     maybe_crash(info.phase, "after_write")
-    groups = merge_keyed(spark, state_uri(job.target), _state_changes(aggregate, rows), sql.key_columns(aggregate),
-                         app_id=job.app_id, version=info.epoch, user_metadata=info.user_metadata(job),
-                         null_safe=True)
+    overwrite(state.coalesce(info.parallelism), state_uri(job.target), app_id=job.app_id, version=info.epoch,
+              user_metadata=metadata.user_metadata(job))
     maybe_crash(info.phase, "after_state_commit")
-    mv_info = replace(info, extra={**info.extra, "groups_changed": str(groups)})
-    changed = merge_keyed(spark, job.target, _mv_row_changes(spark, job, rows), plan.mv_key, app_id=job.app_id,
-                          version=info.epoch, user_metadata=mv_info.user_metadata(job), null_safe=True)
+    written = spark.read.format("delta").load(state_uri(job.target))
+    mv_schema = spark.read.format("delta").load(job.target).schema
+    mv_rows = visible_rows(spark, aggregate, written, value_types(spark, aggregate, upstream.schema), mv_schema)
+    overwrite(mv_rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
+              user_metadata=metadata.user_metadata(job))
     maybe_crash(info.phase, "after_commit")
-    return changed
+    return rows_written(job.target)
 
 
 def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, state: StructType, info: CommitInfo) -> None:
@@ -166,7 +242,7 @@ def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, state: Struct
     maybe_crash(info.phase, "after_commit")
 
 
-def _touched_groups(
+def touched_groups(
     spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, signed: DataFrame, state: DataFrame,
     upstream: StructType, end_version: int,
 ) -> DataFrame:
@@ -213,11 +289,6 @@ def _with_recomputed(
     return cast_to(recomputed, schema, keep=carried)
 
 
-def read_upstream_as_of(spark: SparkSession, uri: str, version: int) -> DataFrame:
-    """The upstream's rows as of `version` (Delta time travel; lazy, pruned by Spark)."""
-    return spark.read.format("delta").option("versionAsOf", version).load(uri)
-
-
 def _state_changes(aggregate: AggregateQuery, rows: DataFrame) -> DataFrame:
     """State rows to upsert (groups with rows) or delete (groups that had state and are now empty)."""
     from pyspark.sql import functions as F
@@ -228,7 +299,7 @@ def _state_changes(aggregate: AggregateQuery, rows: DataFrame) -> DataFrame:
 
 
 def _mv_row_changes(spark: SparkSession, job: BackfillJob, rows: DataFrame) -> DataFrame:
-    """The MV rows to upsert or delete, named as the MV (merge_keyed casts them to its types)."""
+    """The MV rows to upsert or delete, named as the MV (the write casts them to its types)."""
     from pyspark.sql import functions as F
 
     mv = spark.read.format("delta").load(job.target).schema

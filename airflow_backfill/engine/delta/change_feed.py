@@ -69,6 +69,12 @@ def read_change_feed(
     return feed.select(*(f"`{c}`" for c in wanted), CHANGE_TYPE, COMMIT_VERSION)
 
 
+def read_upstream_as_of(spark: SparkSession, uri: str, version: int) -> DataFrame:
+    """The upstream's rows as of `version` (Delta time travel; lazy, pruned by Spark): what a
+    recompute, or a lookup of some keys' rows, reads instead of the feed."""
+    return spark.read.format("delta").option("versionAsOf", version).load(uri)
+
+
 def check_range_readable(source: str, watermark: int, end_version: int) -> None:
     """Every log entry and change file of versions (watermark, end_version] still exists."""
     _check_versions_available(source, watermark, end_version)

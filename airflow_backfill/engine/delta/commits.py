@@ -20,12 +20,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.key_range import all_above, boundable, key_range, table_key_max
 from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX, load_table
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
-    from delta.tables import DeltaTable
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -50,9 +48,14 @@ TABLE_PROPERTIES = {CDF_PROPERTY: "true", DELETION_VECTORS_PROPERTY: "true"}
 and deletion vectors (MERGE marks replaced rows instead of rewriting whole files). Both
 stay readable by delta-rs 1.6, which reads deletion vectors and change files."""
 
+PLAN_FIELD = "plan"
+"""Commit metadata field (`airflow_backfill.plan`): how a round wrote its changes and why,
+as JSON (`planning/round_plan.RoundPlan.to_json`)."""
+
 _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_EXISTS_IN_DELETE = "spark.databricks.delta.delete.allowExistsSubquery"
 
 
 @dataclass(frozen=True)
@@ -113,63 +116,6 @@ def session_transaction(spark: SparkSession, app_id: str, version: int, user_met
             spark.conf.unset(key)
 
 
-def merge_keyed(
-    spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, app_id: str, version: int,
-    user_metadata: str, null_safe: bool,
-) -> int:
-    """Upsert the rows of `changes` whose `__present` is true and delete the keys whose
-    `__present` is null, moving the watermark, in one commit; returns the rows inserted,
-    updated or deleted (0 when Delta skipped an applied version).
-
-    `changes` holds the table's columns (cast here to the table's types, so a merge never
-    widens them) plus `__present`, at most one row per key. Deletes of keys the table
-    does not have match nothing and insert nothing. `null_safe`: keys may be NULL and
-    NULL matches NULL (aggregate groups).
-
-    When the leading key column is an integer or a date (`key_range`), the changes' key
-    range bounds the MERGE, so Delta reads only the files whose statistics overlap it;
-    and when every changed key lies above the table's largest one, no row of the table
-    can match: the new rows are appended, which costs one write instead of a MERGE. Changes
-    that only delete keys make a MERGE with one unconditional delete clause, which Delta
-    applies by marking the rows in deletion vectors, without the join that inserts need
-    (about half the time of the full MERGE on a large table).
-    """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    ensure_held(uri)
-    table = DeltaTable.forPath(spark, uri)
-    target = table.toDF().schema
-    source = conform(changes, target)
-    leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
-    if not boundable(leading.dataType):
-        return _merge(spark, table, source, key, None, app_id=app_id, version=version,
-                      user_metadata=user_metadata, null_safe=null_safe)
-    source = source.persist()
-    try:
-        changed = key_range(source, leading.name, PRESENT)
-        if all_above(changed, table_key_max(uri, leading.name)):
-            log.info("every changed key of %s is above its largest key: appending %s rows", uri,
-                     changed.present_rows)
-            new_rows = source.filter(F.col(PRESENT).isNotNull()).drop(PRESENT, ARRIVED)
-            appended = append_new(new_rows, uri, app_id=app_id, version=version, user_metadata=user_metadata)
-            return changed.present_rows if appended else 0
-        bound = changed.predicate(F.col("t." + _quote(leading.name)), leading.dataType)
-        return _merge(spark, table, source, key, bound, app_id=app_id, version=version,
-                      user_metadata=user_metadata, null_safe=null_safe,
-                      deletes_only=changed.present_rows == 0 and not _any_arrived(source))
-    finally:
-        source.unpersist()
-
-
-def _any_arrived(source: DataFrame) -> bool:
-    """Whether a change of `source` has `__arrived` (a small job over the persisted changes):
-    the delete-only MERGE has no clause to refuse a repeated key with."""
-    from pyspark.sql import functions as F
-
-    return ARRIVED in source.columns and bool(source.filter(F.col(ARRIVED)).limit(1).count())
-
-
 def append_new(rows: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
     """Append rows none of whose keys the table has, with the watermark, in one commit;
     False (nothing written) when the table already has transaction `version`.
@@ -214,18 +160,24 @@ def conform(changes: DataFrame, target: StructType) -> DataFrame:
     return changes.select(*(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), *extra)
 
 
-def _merge(
-    spark: SparkSession, table: DeltaTable, source: DataFrame, key: Sequence[str], bound: Column | None, *,
+def merge_changes(
+    spark: SparkSession, uri: str, source: DataFrame, key: Sequence[str], bound: Column | None, *,
     app_id: str, version: int, user_metadata: str, null_safe: bool, deletes_only: bool = False,
 ) -> int:
-    """Delta's MERGE of keyed changes; `bound` (a condition on the target alone) prunes files.
-    `deletes_only`: every change deletes its key (no row has `__present`).
+    """Delta's MERGE of keyed changes (conformed to the table); `bound` (a condition on the
+    target alone) prunes files. `deletes_only`: every change deletes its key (no row has
+    `__present`): one unconditional delete clause, which Delta applies with deletion
+    vectors and without the join that inserts need. Returns the rows inserted, updated
+    or deleted.
 
     A change with `__arrived` that matches a row fails the MERGE (its first clause), so
     nothing is committed.
     """
+    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    ensure_held(uri)
+    table = DeltaTable.forPath(spark, uri)
     equal = "<=>" if null_safe else "="
     condition = F.expr(" AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key))
     if bound is not None:
@@ -248,6 +200,63 @@ def _merge(
     with session_transaction(spark, app_id, version, user_metadata):
         metrics = merge.execute().collect()
     return int(metrics[0]["num_affected_rows"]) if metrics and "num_affected_rows" in metrics[0] else 0
+
+
+def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
+                  user_metadata: str, null_safe: bool) -> None:
+    """Replace the table's rows of the keys `frame` holds with `frame`'s rows, in one commit.
+
+    Delta's `replaceOn` deletes the rows for which a row of `frame` has the same key (a
+    semi-join, broadcast when `frame` is small, marking the rows in deletion vectors) and
+    appends `frame`, in one transaction; the change feed shows the replaced rows and the
+    new ones. A plain DataFrame writer option, so the app transaction travels with it.
+    `bound` (a condition on the table's columns, qualified `t.`) is pushed into the scan
+    of the table, so that Parquet skips what lies outside the keys' range.
+    """
+    ensure_held(uri)
+    equal = "<=>" if null_safe else "="
+    condition = " AND ".join(f"t.{_quote(column)} {equal} s.{_quote(column)}" for column in key)
+    if bound is not None:
+        condition = f"{condition} AND {bound}"
+    (frame.alias("s").write.format("delta").mode("overwrite").option("replaceOn", condition)
+     .option("targetAlias", "t").option("txnAppId", app_id).option("txnVersion", str(version))
+     .option("userMetadata", user_metadata).save(uri))
+
+
+def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
+                user_metadata: str, null_safe: bool) -> None:
+    """Delete the table's rows whose key `keys` holds, in one commit (deletion vectors).
+
+    A DELETE whose condition is an EXISTS over `keys` (a semi-join, broadcast when `keys` is
+    small), behind `bound`, a condition on the table alone that Delta skips files with.
+    """
+    spark = keys.sparkSession
+    ensure_held(uri)
+    view = "__airflow_backfill_deleted_keys"
+    keys.createOrReplaceTempView(view)
+    equal = "<=>" if null_safe else "="
+    matched = " AND ".join(f"k.{_quote(column)} {equal} t.{_quote(column)}" for column in key)
+    condition = f"EXISTS (SELECT 1 FROM {view} k WHERE {matched})"
+    if bound is not None:
+        condition = f"{bound} AND {condition}"
+    path = uri.replace("`", "``")
+    spark.conf.set(_EXISTS_IN_DELETE, "true")
+    try:
+        with session_transaction(spark, app_id, version, user_metadata):
+            spark.sql(f"DELETE FROM delta.`{path}` t WHERE {condition}")
+    finally:
+        spark.conf.unset(_EXISTS_IN_DELETE)
+        spark.catalog.dropTempView(view)
+
+
+def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:
+    """Replace every row of the table with `frame`, in one commit with the watermark. The
+    change feed shows every old row deleted and every new row inserted (exact per key once
+    netted, as rounds over an upstream net it)."""
+    ensure_held(uri)
+    (frame.write.format("delta").mode("overwrite")
+     .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
+     .save(uri))
 
 
 def _quote(column: str) -> str:

@@ -40,6 +40,8 @@ class KeyRange:
     has_nulls: bool
     present_rows: int
     """Rows that put a row in the table (the others delete their key)."""
+    rows: int | None = None
+    """Rows in all (one per changed key), when counted."""
 
     def predicate(self, column: Column, data_type: DataType) -> Column:
         """A condition on the target's `column` that every target row a change matches meets.
@@ -71,9 +73,39 @@ def key_range(changes: DataFrame, column: str, present: str) -> KeyRange:
     row = changes.agg(
         F.min(key).alias("low"), F.max(key).alias("high"),
         F.count(F.when(key.isNull(), 1)).alias("nulls"),
-        F.count(F.col(f"`{present}`")).alias("present"),
+        F.count(F.col(f"`{present}`")).alias("present"), F.count(F.lit(1)).alias("rows"),
     ).collect()[0]
-    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]))
+    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]), int(row["rows"]))
+
+
+def table_rows(uri: str, version: int | None = None) -> int:
+    """Rows of the table (as of `version`, default the latest) from its files' statistics:
+    rows a deletion vector hides still count, so this is an upper bound."""
+    table = load_table(uri) if version is None else delta_table(uri, version)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0 or "num_records" not in actions.column_names:
+        return 0
+    return int(pc.sum(pc.fill_null(actions.column("num_records"), 0)).as_py() or 0)
+
+
+def rows_in_range(uri: str, column: str, changes: KeyRange | None) -> tuple[int, int]:
+    """(rows of the table, rows of its files whose `column` range meets the changes' range),
+    from the files' statistics (no data read). Files without statistics, and every file
+    when `changes` is None (a key without usable statistics) or has a NULL key, count as met."""
+    actions = pa.table(load_table(uri).get_add_actions(flatten=True))
+    if actions.num_rows == 0 or "num_records" not in actions.column_names:
+        return 0, 0
+    records = pc.fill_null(actions.column("num_records"), 0)
+    total = int(pc.sum(records).as_py() or 0)
+    low, high = f"min.{column}", f"max.{column}"
+    if changes is not None and changes.low is None and not changes.has_nulls:
+        return total, 0
+    if changes is None or changes.has_nulls or not {low, high} <= set(actions.column_names):
+        return total, total
+    apart = pc.or_(pc.less(actions.column(high), pa.scalar(changes.low, actions.column(high).type)),
+                   pc.greater(actions.column(low), pa.scalar(changes.high, actions.column(low).type)))
+    met = pc.invert(pc.fill_null(apart, False))
+    return total, int(pc.sum(pc.if_else(met, records, 0)).as_py() or 0)
 
 
 def table_key_max(uri: str, column: str, version: int | None = None) -> Any:

@@ -7,14 +7,20 @@ reads anything else (`watermarks.committed_vector`), checks each moved upstream'
 signed join rows (`delta_rule`) and then:
 
 - stateless: maps them through the flat query (WHERE and projections keep their signs),
-  nets them per whole MV row, and merges them by MV key: a key left with a +1 row takes
+  nets them per whole MV row, and writes them by MV key: a key left with a +1 row takes
   that row, a key left with only a -1 row leaves the MV; a key with two rows or a count
   beyond one means an upstream's key is not unique, and the round is refused;
 - aggregate: folds them into the per-group state and the MV (`fold_signed_rows`), as
   a one-upstream aggregate folds its signed change rows.
 
-All writes go through `merge_keyed`, `commit_watermark_only` and the aggregate fold, so a
-re-run of a committed round is skipped by the app transaction (the vector's sum).
+The keyed changes are written through the keyed writes (`delta/keyed_writes.py`) the
+way the round planner estimates cheapest: append, replace, delete, MERGE or overwrite,
+all of which give the same rows for changes that hold one row per key. A join round
+never recomputes its MV: a recompute reads one upstream (`job.source`), and a join has
+several, so recompute is left out of its estimates (and `round_plan: recompute` is
+refused for a join job). All writes go through `keyed_writes.write`,
+`commit_watermark_only` and the aggregate fold, so a re-run of a committed round is
+skipped by the app transaction (the vector's sum).
 """
 
 from __future__ import annotations
@@ -30,13 +36,14 @@ from airflow_backfill.engine.aggregates.apply import bring_mv_to_state, fold_sig
 from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.delta.change_feed import check_schema_unchanged
 from airflow_backfill.engine.delta.commits import (
+    PLAN_FIELD,
     PRESENT,
     CommitInfo,
     commit_watermark_only,
-    merge_keyed,
     repeated_key_error,
     repeated_key_named,
 )
+from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins.delta_rule import join_changes
 from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri
@@ -50,6 +57,8 @@ from airflow_backfill.engine.joins.watermarks import (
 from airflow_backfill.engine.phases.apply import AppliedRange
 from airflow_backfill.engine.phases.changes import SIGN, apply_query
 from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.planning.round_plan import WATERMARK_ONLY, RoundPlan
+from airflow_backfill.engine.round_planner import plan_round, rates_at, record_round
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:
@@ -99,36 +108,61 @@ def apply_join_round(
     try:
         if plan.flat.aggregate is not None:
             schema = _flat_struct(spark, job, plan, target)
-            _, changed = fold_signed_rows(spark, job, plan.flat, changes.rows, schema, info)
+            # recompute_at=None: the aggregate's recompute reads one upstream, a join has several
+            _, changed, chosen = fold_signed_rows(spark, job, plan.flat, changes.rows, schema, info,
+                                                  recompute_at=None)
+            recorded = time.monotonic() - started
         else:
-            changed = _merge_stateless(spark, job, plan, changes.rows, replace(info, rows=changes.change_rows),
-                                       watermark)
+            changed, chosen, recorded = _write_stateless(
+                spark, job, plan, changes.rows, replace(info, rows=changes.change_rows), watermark)
     finally:
         changes.unpersist()
     change_rows = changes.change_rows
-    applied = AppliedRange(vector_sum(start), vector_sum(target), change_rows, changed, time.monotonic() - started)
-    log.info("%s: applied %s -> %s (%s change rows, %s MV rows) in %.2fs", phase, watermark, target,
-             change_rows, changed, applied.seconds)
+    seconds = time.monotonic() - started
+    record_round(job, chosen, recorded, vector_sum(target))
+    applied = AppliedRange(vector_sum(start), vector_sum(target), change_rows, changed, seconds, chosen.label)
+    log.info("%s: applied %s -> %s (%s change rows, %s MV rows, plan %s) in %.2fs", phase, watermark, target,
+             change_rows, changed, applied.plan, applied.seconds)
     return applied
 
 
-def _merge_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, signed: DataFrame, info: CommitInfo,
-                     watermark: Mapping[str, int]) -> int:
-    """Net the signed MV rows per MV key and merge them, with the vector; MV rows changed."""
-    keyed = keyed_changes(spark, plan, signed).cache()
+def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, signed: DataFrame, info: CommitInfo,
+                     watermark: Mapping[str, int]) -> tuple[int, RoundPlan, float]:
+    """Net the signed MV rows per MV key and write them with the vector, the way the round
+    planner estimates cheapest among the keyed writes. Returns (MV keys changed, the plan,
+    the seconds the write took).
+
+    The plan's estimates cover the MV write only (the delta rule's terms cost the same
+    whatever the way), and so does the duration recorded for the job's corrections.
+    Recompute is not among them: a join MV is not recomputed by a round.
+    """
+    started = time.monotonic()
+    prepared = None
     try:
-        empty = keyed.isEmpty()
-        maybe_crash(info.phase, "after_write")
-        if empty:
+        # Holding the changes evaluates them: a repeated key fails here, before any write.
+        prepared = prepare(spark, job.target, keyed_changes(spark, plan, signed), plan.mv_key,
+                           null_safe=plan.null_safe_key)
+        keys = prepared.changed.rows or 0
+        if not keys:
+            chosen = RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no MV row")
+            maybe_crash(info.phase, "after_write")
             schema = spark.read.format("delta").load(job.target).schema
             commit_watermark_only(spark, job.target, schema, app_id=job.app_id, version=info.epoch,
                                   user_metadata=info.user_metadata(job))
-            changed = 0
-        else:
-            changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                                  user_metadata=info.user_metadata(job), null_safe=plan.null_safe_key)
+            maybe_crash(info.phase, "after_commit")
+            return 0, chosen, time.monotonic() - started
+        facts = prepared.facts
+        chosen = plan_round(job, prepared.estimates(rates_at(info.parallelism)),
+                            f"{info.rows} signed join rows, {keys} MV keys, {facts.touched_rows} of {facts.rows} "
+                            "MV rows in touched files (a join round does not recompute)")
+        metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+        maybe_crash(info.phase, "after_write")
+        written = time.monotonic()
+        changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
+                        user_metadata=metadata.user_metadata(job))
+        seconds = time.monotonic() - written
         maybe_crash(info.phase, "after_commit")
-        return changed
+        return changed, chosen, seconds
     except Exception as error:
         repeated = repeated_key_named(error)
         if repeated is None:
@@ -139,7 +173,8 @@ def _merge_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
             f"{_vector(info)} (the key of some upstream is repeated)",
         ) from None
     finally:
-        keyed.unpersist()
+        if prepared is not None:
+            prepared.release()
 
 
 def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame) -> DataFrame:

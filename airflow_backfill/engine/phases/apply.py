@@ -25,16 +25,25 @@ from airflow_backfill.engine.delta.change_feed import (
     check_range_readable,
     check_schema_unchanged,
     read_change_feed,
+    read_upstream_as_of,
 )
 from airflow_backfill.engine.delta.commits import (
+    ARRIVED,
+    PLAN_FIELD,
     CommitInfo,
     append_new,
     commit_watermark_only,
     conform,
-    merge_keyed,
+    overwrite,
     repeated_key_named,
 )
-from airflow_backfill.engine.delta.key_range import all_above, table_key_max
+from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
+from airflow_backfill.engine.delta.keyed_writes import (
+    PreparedChanges,
+    prepare,
+    refuse_arrived_keys_held,
+    write,
+)
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
@@ -43,6 +52,15 @@ from airflow_backfill.engine.phases.repeated_keys import (
     refuse_repeated_appended_keys,
 )
 from airflow_backfill.engine.planning.query import referenced_columns
+from airflow_backfill.engine.planning.round_plan import APPEND, RECOMPUTE, RoundPlan, round_estimates
+from airflow_backfill.engine.round_planner import (
+    describe,
+    plan_round,
+    rates_at,
+    recompute_first,
+    record_round,
+    stateless_facts,
+)
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:
@@ -63,6 +81,9 @@ class AppliedRange:
     change_rows: int
     mv_rows_changed: int
     seconds: float
+    plan: str = ""
+    """How the range was written (`planning/round_plan.py`): append, replace, merge,
+    overwrite or recompute; for an aggregate, how its state and MV were."""
 
     @property
     def epochs(self) -> int:
@@ -106,13 +127,16 @@ def apply_epochs(
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
     info = CommitInfo(phase=phase, epoch=end_version, parallelism=parallelism, rows=0)
     if plan.aggregate is not None:
-        change_rows, mv_rows_changed = apply_aggregate_changes(spark, job, plan, watermark, info)
+        change_rows, mv_rows_changed, chosen = apply_aggregate_changes(spark, job, plan, watermark, info)
     else:
-        end_version, change_rows, mv_rows_changed = _apply_stateless(spark, job, plan, watermark, info)
-    applied = AppliedRange(start, end_version, change_rows, mv_rows_changed, time.monotonic() - started)
+        end_version, change_rows, mv_rows_changed, chosen = _apply_stateless(spark, job, plan, watermark, info)
+    seconds = time.monotonic() - started
+    record_round(job, chosen, seconds, end_version)
+    applied = AppliedRange(start, end_version, change_rows, mv_rows_changed, seconds, chosen.label)
     log.info(
-        "%s: applied epochs %s..%s (%s change rows, %s MV keys) in %.2fs",
-        phase, watermark + 1, end_version, applied.change_rows, applied.mv_rows_changed, applied.seconds,
+        "%s: applied epochs %s..%s (%s change rows, %s MV keys, plan %s) in %.2fs",
+        phase, watermark + 1, end_version, applied.change_rows, applied.mv_rows_changed, applied.plan,
+        applied.seconds,
     )
     return applied
 
@@ -192,14 +216,14 @@ def _same_bound_kind(upstream: pa.DataType, mv: pa.DataType) -> bool:
 
 def _apply_stateless(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, info: CommitInfo,
-) -> tuple[int, int, int]:
-    """Net the range's changes per upstream key, map them through the query, MERGE them by MV key.
+) -> tuple[int, int, int, RoundPlan]:
+    """Net the range's changes per upstream key, map them through the query and write them
+    into the MV the way the round's plan chose (or recompute the MV when that is cheaper).
 
     The change rows are cached and counted (the commit records them, the rate limit paces
-    by them); the MERGE then reads them from memory. When the upstream is asked about the
-    keys that arrived (`refuse_arrived_keys_held_twice`), the netted changes are cached
-    too, so netting runs once. Returns (the version committed as the watermark, change
-    rows read, MV rows the MERGE changed).
+    by them); the keyed MV changes are held in memory for the plan's estimates and the
+    write. Returns (the version committed as the watermark, change rows read, MV keys
+    changed, the plan).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
     if appended is not None:
@@ -209,8 +233,12 @@ def _apply_stateless(
             log.info("%s: epochs %s..%s only appended; they are applied as a round of their own before "
                      "epochs %s..%s", info.phase, watermark + 1, appended.end_version, appended.end_version + 1,
                      info.epoch)
-        info = replace(info, epoch=appended.end_version)
-        return (info.epoch, *_append_appended(spark, job, plan, appended, appended_rows, watermark, info))
+        chosen = RoundPlan(APPEND, {}, "the epochs only appended rows above the MV's largest key")
+        info = replace(info, epoch=appended.end_version, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+        return (info.epoch, *_append_appended(spark, job, plan, appended, appended_rows, watermark, info), chosen)
+    early = recompute_first(job, watermark, info.epoch, info.parallelism)
+    if early is not None and not job.verify_primary_key:
+        return _recompute(spark, job, plan, None, 0, early, info)  # no key to prove: the feed is not read
     feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
     net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
     ask_upstream = job.verify_primary_key and plan.filters_rows
@@ -221,12 +249,24 @@ def _apply_stateless(
         if ask_upstream:
             refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
         keyed = mv_changes(spark, net, plan)
-        maybe_crash(info.phase, "after_write")
-        null_safe = any(keyed.schema[column].nullable for column in plan.mv_key)
-        changed = merge_keyed(spark, job.target, keyed, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                              user_metadata=replace(info, rows=change_rows).user_metadata(job), null_safe=null_safe)
-        maybe_crash(info.phase, "after_commit")
-        return info.epoch, change_rows, changed
+        if early is not None:
+            return _recompute(spark, job, plan, keyed, change_rows, early, info)
+        prepared = prepare(spark, job.target, keyed, plan.mv_key,
+                           null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
+        try:
+            facts = stateless_facts(prepared, change_rows, table_rows(job.source, info.epoch),
+                                    job.verify_primary_key)
+            chosen = plan_round(job, round_estimates(facts, rates_at(info.parallelism)), describe(facts))
+            if chosen.plan == RECOMPUTE:
+                return _recompute(spark, job, plan, prepared, change_rows, chosen, info)
+            metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+            maybe_crash(info.phase, "after_write")
+            changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
+                            user_metadata=metadata.user_metadata(job))
+            maybe_crash(info.phase, "after_commit")
+            return info.epoch, change_rows, changed, chosen
+        finally:
+            prepared.release()
     except Exception as error:
         repeated = repeated_key_named(error)
         if repeated is None:
@@ -236,3 +276,52 @@ def _apply_stateless(
     finally:
         net.unpersist()
         feed.unpersist()
+
+
+def _recompute(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, changes: DataFrame | PreparedChanges | None,
+    change_rows: int, chosen: RoundPlan, info: CommitInfo,
+) -> tuple[int, int, int, RoundPlan]:
+    """Recompute the MV at the range's end instead of applying its changes. Under the key
+    check, the changes whose key arrived are looked up in the MV first (with a unique key
+    at the watermark, only they can make it repeated at the end), as an incremental round
+    does."""
+    if changes is not None and job.verify_primary_key and not plan.filters_rows:
+        _refuse_arrived_in_mv(spark, job, plan, changes)
+    metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+    log.info("%s: recomputing the MV at epoch %s (%s)", info.phase, info.epoch, chosen.reason)
+    maybe_crash(info.phase, "after_write")
+    rows = recompute_stateless(spark, job, plan, info.epoch, metadata)
+    maybe_crash(info.phase, "after_commit")
+    return info.epoch, change_rows, rows, chosen
+
+
+def _refuse_arrived_in_mv(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, changes: DataFrame | PreparedChanges,
+) -> None:
+    from pyspark.sql import functions as F
+
+    if isinstance(changes, PreparedChanges):
+        if changes.arrived:
+            refuse_arrived_keys_held(spark, changes)
+        return
+    if ARRIVED not in changes.columns:
+        return
+    arrived = prepare(spark, job.target, changes.filter(F.col(ARRIVED)), plan.mv_key,
+                      null_safe=any(changes.schema[column].nullable for column in plan.mv_key))
+    try:
+        refuse_arrived_keys_held(spark, arrived)
+    finally:
+        arrived.release()
+
+
+def recompute_stateless(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, end_version: int, info: CommitInfo,
+) -> int:
+    """Overwrite the MV with the query over the upstream as of `end_version`, with the
+    watermark, in one commit; returns the MV's rows."""
+    upstream = read_upstream_as_of(spark, job.source, end_version)
+    target = spark.read.format("delta").load(job.target).schema
+    rows = conform(apply_query(spark, upstream, plan.query), target)
+    overwrite(rows, job.target, app_id=job.app_id, version=info.epoch, user_metadata=info.user_metadata(job))
+    return rows_written(job.target)

@@ -55,6 +55,9 @@ class CatchUpRound:
     watermark: int
     """The epoch the round committed as the MV's watermark (a round may stop at the end of
     an append-only prefix of its range)."""
+    plan: str = ""
+    """How the round wrote its changes (append, replace, merge, overwrite, recompute; see
+    docs/round-plans.md)."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +160,6 @@ def _run_round(
         round=number, pending_epochs=pending, seconds_behind=upstreams.seconds_behind(reached),
         change_rows=change_rows, seconds=round(time.monotonic() - started, 3),
         parallelism=settings.backfill_parallelism, rate_limit=settings.rate_limit,
-        paused_seconds=round(paused, 3), watermark=reached,
+        paused_seconds=round(paused, 3), watermark=reached, plan=applied.plan if applied else "",
     )
 

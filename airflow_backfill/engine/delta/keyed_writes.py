@@ -1,0 +1,244 @@
+"""Write keyed changes into a Delta table in one commit with the watermark, the cheapest way.
+
+Keyed changes hold at most one row per key: the key's new row (`__present` true) or its
+departure (`__present` null). Five ways apply them (`planning/round_plan.py` estimates
+each): an append (every key new, above the table's largest); a replace when every change
+has a new row (the table's rows of the changed keys deleted by a semi-join with the
+changes, deletion vectors, and the new rows appended, in one commit: Delta's
+`replaceOn`); a delete when every change deletes its key (Delta's DELETE by the same
+semi-join); a MERGE (any changes); an overwrite of the whole table (small tables).
+`prepare` holds the changes in memory and reads what the estimates need: the keys' range
+and counts (one small job over the changes) and the table's rows within the range (its
+files' statistics, no data read). `write` applies them.
+
+A change with `__arrived` (the upstream's rows with the key grew by one over the range)
+must not meet a row the table holds: the upstream would then hold the key twice. MERGE
+refuses such a key in its first clause; the other ways look the arrived keys up first
+(`refuse_arrived_keys_held`), which reads nothing when they all lie above the table's
+largest key, as new keys usually do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_backfill.engine.delta.commits import (
+    ARRIVED,
+    PRESENT,
+    append_new,
+    conform,
+    delete_keys,
+    merge_changes,
+    overwrite,
+    repeated_key_error,
+    replace_keys,
+)
+from airflow_backfill.engine.delta.key_range import (
+    EMPTY,
+    KeyRange,
+    all_above,
+    boundable,
+    key_range,
+    rows_in_range,
+    table_key_max,
+)
+from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.planning.round_plan import (
+    APPEND,
+    DELETE,
+    MERGE,
+    OVERWRITE,
+    REPLACE,
+    Rates,
+    TableFacts,
+    write_estimates,
+)
+from airflow_backfill.storage.lease import ensure_held
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructField
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PreparedChanges:
+    """Keyed changes of one table, conformed to its types and held in memory, with the
+    facts their write's estimates need."""
+
+    uri: str
+    frame: DataFrame
+    key: tuple[str, ...]
+    null_safe: bool
+    leading: StructField
+    changed: KeyRange
+    table_max: Any
+    """The table's largest leading key (`EMPTY`, or None when unknown or not boundable)."""
+    facts: TableFacts
+    table_version: int
+    """The table's version the facts and an overwrite's kept rows are read at."""
+
+    @property
+    def arrived(self) -> bool:
+        return ARRIVED in self.frame.columns
+
+    def estimates(self, rates: Rates) -> dict[str, float]:
+        """Seconds each way that can apply these changes would take."""
+        return write_estimates(self.facts, self.changed.rows or 0, self.changed.present_rows, rates)
+
+    def release(self) -> None:
+        self.frame.unpersist()
+
+
+def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, null_safe: bool) -> PreparedChanges:
+    """Hold `changes` in memory, conformed to the table at `uri`, and read its facts."""
+    table = load_table(uri)
+    version = table.version()
+    target = spark.read.format("delta").option("versionAsOf", version).load(uri).schema
+    frame = conform(changes, target).persist()
+    leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
+    changed = key_range(frame, leading.name, PRESENT)
+    usable = boundable(leading.dataType)
+    table_max = table_key_max(uri, leading.name) if usable else None
+    total, touched = rows_in_range(uri, leading.name, changed if usable else None)
+    facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=all_above(changed, table_max))
+    return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version)
+
+
+def write(
+    spark: SparkSession, prepared: PreparedChanges, way: str, *, app_id: str, version: int, user_metadata: str,
+) -> int:
+    """Apply the prepared changes the `way` given, moving the watermark, in one commit.
+    Returns the changed keys written (0 when the table already has transaction `version`)."""
+    from pyspark.sql import functions as F
+
+    ensure_held(prepared.uri)
+    if (load_table(prepared.uri).transaction_version(app_id) or -1) >= version:
+        return 0  # applied already: Delta would skip the write
+    rows = prepared.changed.rows or 0
+    new_rows = prepared.frame.filter(f"`{PRESENT}` IS NOT NULL").drop(PRESENT, ARRIVED)
+    if not rows:  # nothing changed here: whatever the way, only the watermark moves
+        way = APPEND
+    if way == MERGE:
+        merge_changes(spark, prepared.uri, prepared.frame, prepared.key, _merge_bound(prepared),
+                      app_id=app_id, version=version, user_metadata=user_metadata, null_safe=prepared.null_safe,
+                      deletes_only=prepared.changed.present_rows == 0 and not _any_arrived(prepared))
+        return rows
+    if prepared.arrived:
+        refuse_arrived_keys_held(spark, prepared)
+    if way == APPEND:
+        append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
+    elif way == REPLACE:
+        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, "t."), app_id=app_id,
+                     version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
+    elif way == DELETE:
+        keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
+        delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared), app_id=app_id, version=version,
+                    user_metadata=user_metadata, null_safe=prepared.null_safe)
+    elif way == OVERWRITE:
+        overwrite(_rows_after(spark, prepared, new_rows), prepared.uri, app_id=app_id, version=version,
+                  user_metadata=user_metadata)
+    else:
+        raise ValueError(f"unknown way to write keyed changes: {way!r}")
+    log.info("%s %s changed keys into %s (%s rows)", way, rows, prepared.uri, prepared.changed.present_rows)
+    return rows
+
+
+def quote(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
+
+
+def _bound_sql(prepared: PreparedChanges, qualifier: str = "") -> str | None:
+    """A condition on the table alone that holds for every row a change can meet: the changes'
+    leading key range as literals, which Delta skips files with (None when not boundable)."""
+    changed = prepared.changed
+    if not boundable(prepared.leading.dataType) or changed.has_nulls or changed.low is None:
+        return None
+    column, kind = qualifier + quote(prepared.leading.name), prepared.leading.dataType.simpleString().upper()
+    return f"{column} BETWEEN CAST('{changed.low}' AS {kind}) AND CAST('{changed.high}' AS {kind})"
+
+
+def _rows_after(spark: SparkSession, prepared: PreparedChanges, new_rows: DataFrame) -> DataFrame:
+    """The whole table after the changes: its rows of unchanged keys (read at the version
+    the changes were prepared against) and the new rows."""
+    current = spark.read.format("delta").option("versionAsOf", prepared.table_version).load(prepared.uri)
+    kept = current.alias("t").join(
+        prepared.frame.select(*prepared.key).alias("c"), on=_same_key(prepared, "t", "c"), how="left_anti")
+    return kept.unionByName(new_rows)
+
+
+def _same_key(prepared: PreparedChanges, left: str, right: str) -> Any:
+    from pyspark.sql import functions as F
+
+    condition = None
+    for column in prepared.key:
+        a, b = F.col(f"{left}.{quote(column)}"), F.col(f"{right}.{quote(column)}")
+        term = a.eqNullSafe(b) if prepared.null_safe else a == b
+        condition = term if condition is None else condition & term
+    return condition
+
+
+def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> None:
+    """Fail (naming the key) when a change whose key arrived meets a row the table holds:
+    the upstream would hold that key twice. Keys above the table's largest key cannot
+    meet one, so usually nothing is read; otherwise the arrived keys are looked up in the
+    table's files within their range."""
+    from pyspark.sql import functions as F
+
+    arrived = prepared.frame.filter(F.col(ARRIVED)).select(*(F.col(quote(k)) for k in prepared.key))
+    leading = F.col(quote(prepared.key[0]))
+    if prepared.table_max is EMPTY:
+        return
+    if prepared.table_max is not None:
+        arrived = arrived.filter(leading.isNull() | (leading <= F.lit(prepared.table_max).cast(prepared.leading.dataType)))
+    bounds = arrived.agg(F.min(leading), F.max(leading), F.count(F.lit(1))).first()
+    if bounds is None or not bounds[2]:
+        return
+    table = spark.read.format("delta").option("versionAsOf", prepared.table_version).load(prepared.uri)
+    if bounds[0] is not None and boundable(prepared.leading.dataType) and not prepared.changed.has_nulls:
+        table = table.filter(leading.between(bounds[0], bounds[1]))
+    held = table.select(*(F.col(quote(k)) for k in prepared.key)).alias("t").join(
+        arrived.alias("c"), on=_same_key(prepared, "t", "c"), how="left_semi")
+    # Evaluating the error expression on a held key fails the job, naming it.
+    held.select(repeated_key_error(prepared.key)).limit(1).collect()
+
+
+def _merge_bound(prepared: PreparedChanges) -> Any:
+    """A condition on the target alone that lets Delta skip the files outside the keys' range."""
+    from pyspark.sql import functions as F
+
+    if not boundable(prepared.leading.dataType):
+        return None
+    return prepared.changed.predicate(F.col("t." + quote(prepared.leading.name)), prepared.leading.dataType)
+
+
+def _any_arrived(prepared: PreparedChanges) -> bool:
+    """Whether a change has `__arrived` (a small job over the held changes): the delete-only
+    MERGE has no clause to refuse a repeated key with."""
+    from pyspark.sql import functions as F
+
+    return prepared.arrived and bool(prepared.frame.filter(F.col(ARRIVED)).limit(1).count())
+
+
+def cheapest_way(prepared: PreparedChanges, rates: Rates) -> str:
+    """The way with the lowest estimate for these changes alone."""
+    estimates = prepared.estimates(rates)
+    return min(estimates, key=lambda way: (estimates[way], way))
+
+
+def write_keyed(
+    spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, app_id: str, version: int,
+    user_metadata: str, null_safe: bool, rates: Rates | None = None,
+) -> int:
+    """Prepare, then write keyed changes the cheapest way, in one commit with the watermark;
+    for writes whose way no round-level plan chose (crash recovery, for one)."""
+    prepared = prepare(spark, uri, changes, key, null_safe=null_safe)
+    try:
+        return write(spark, prepared, cheapest_way(prepared, rates or Rates()), app_id=app_id, version=version,
+                     user_metadata=user_metadata)
+    finally:
+        prepared.release()

@@ -1,0 +1,244 @@
+"""Choose how a round writes its changes: the cheapest way that gives the same table.
+
+A round's changes can reach a Delta table in several ways, all in one commit with the
+watermark, all giving the same rows; what differs is what they read and how many Spark
+jobs they take:
+
+- `append`: every changed key is new and above the table's largest key (new orders):
+  one write, nothing read;
+- `replace`: every change has a new row (updates, inserts): the table's rows of those
+  keys are deleted by a semi-join with them (deletion vectors, key columns read) and the
+  new rows appended, one commit (Delta's `replaceOn`);
+- `delete`: every change deletes its key: a DELETE by the same semi-join;
+- `merge`: Delta's MERGE of the keyed changes: any number of keys, but dozens of small
+  jobs and a shuffle of every touched file;
+- `overwrite`: the whole table written anew (its rows outside the changed keys plus the
+  new rows): one job, cheapest for small tables (an aggregate's state, most aggregate MVs);
+- `recompute`: the MV query over the upstream as of the round's last epoch replaces the
+  whole MV, as a user would recompute it; cheapest when a round changes much of the table.
+
+Each way's cost is estimated from the round's facts (change rows, changed keys, the rows
+of the table files the keys' range touches, the table's and the upstream's rows: all
+from the Delta logs or from data the round holds already) with per-row rates, then
+corrected by how long earlier rounds of the same plan took against their estimates, so
+the choice follows this machine and this table. Pure functions: tested without Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+APPEND, REPLACE, DELETE, MERGE, OVERWRITE, RECOMPUTE = (
+    "append", "replace", "delete", "merge", "overwrite", "recompute")
+WRITES = (APPEND, REPLACE, DELETE, MERGE, OVERWRITE)
+"""The ways to write keyed changes into one table (the MV, or an aggregate's state)."""
+
+WATERMARK_ONLY = "watermark only"
+"""A round whose epochs changed no row the query reads: it only moves the watermark."""
+
+AUTO, INCREMENTAL = "auto", "incremental"
+ROUND_PLAN_CHOICES = (AUTO, INCREMENTAL, RECOMPUTE)
+"""What a job may ask for (`round_plan`): the cheapest estimate, never recompute, always recompute."""
+
+RECOMPUTE_SAVING_S = 1.0
+RECOMPUTE_SAVING_SHARE = 0.2
+"""A recompute rewrites the whole MV, so its change feed shows every row (MVs built on it
+and other readers of the feed pay for that): `auto` takes it only when it saves at least
+this many seconds and this share of the cheapest incremental estimate."""
+
+OBSERVATIONS_KEPT = 20
+"""Earlier rounds remembered per job for the corrections (the state file keeps them)."""
+_CORRECTION_SAMPLES = 5
+_CORRECTION_BOUNDS = (0.2, 5.0)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per round and per row of each part of a round, on a 2-core machine at
+    parallelism 2 (docs/benchmarks.md, "How a round is planned"). Corrections from the
+    job's own rounds scale them to the machine at hand."""
+
+    fixed: Mapping[str, float] = field(default_factory=lambda: {
+        APPEND: 0.4, REPLACE: 0.9, DELETE: 0.7, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
+    feed_fixed: float = 0.3
+    """Reading, netting and mapping the change feed (every plan but an unverified recompute)."""
+    aggregate_fixed: float = 0.4
+    """Folding an aggregate's changes into its touched groups (joined with their old state)."""
+    per_change_row: float = 1.5e-6
+    per_written_row: float = 0.4e-6
+    """Writing a row (append, the new rows of replace, every row of an overwrite)."""
+    per_read_row: float = 0.3e-6
+    """Reading a row of the table being overwritten."""
+    per_key: float = 0.5e-6
+    """Joining a changed key with the table's (replace, delete)."""
+    per_scanned_row: float = 0.12e-6
+    """Reading the key columns of a row in the files the changes' range touches (replace, delete)."""
+    per_merged_row: float = 1.2e-6
+    """Shuffling and rewriting a row of a touched file (merge)."""
+    per_upstream_row: float = 0.65e-6
+    """Reading an upstream row and running the query over it (recompute)."""
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """What a write into one table costs depends on."""
+
+    rows: int
+    """Rows of the table now (its files' statistics)."""
+    touched_rows: int
+    """Rows of its files whose key range meets the changes' key range (all of them when the
+    key has no usable statistics)."""
+    new_keys_only: bool = False
+    """Every changed key lies above the table's largest key: nothing to delete."""
+
+
+@dataclass(frozen=True)
+class RoundFacts:
+    """One round's size, as known before it writes."""
+
+    change_rows: int
+    changed_keys: int
+    present_rows: int
+    """Changed keys that have a row after the round (the others leave the table)."""
+    table: TableFacts
+    upstream_rows: int
+    """Rows of the upstream at the round's last epoch (what a recompute reads)."""
+    feed_needed_for_recompute: bool = True
+    """A recompute still reads the feed to prove the key unique (verify_primary_key)."""
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """The way chosen, every way's estimate and why; recorded with the commit."""
+
+    plan: str
+    estimates: Mapping[str, float]
+    """Seconds per way, corrected by the job's earlier rounds."""
+    reason: str
+    base_estimate: float = 0.0
+    """The chosen way's estimate before corrections: what later rounds correct against."""
+    writes: Mapping[str, str] = field(default_factory=dict)
+    """How each table was written, for rounds that write several (an aggregate's state and MV)."""
+
+    @property
+    def label(self) -> str:
+        """The plan in a few words: `replace`, or `incremental (state overwrite, mv merge)`."""
+        if not self.writes:
+            return self.plan
+        return f"{self.plan} ({', '.join(f'{table} {way}' for table, way in self.writes.items())})"
+
+    def with_writes(self, **writes: str) -> RoundPlan:
+        return replace(self, writes={**self.writes, **writes})
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"plan": self.plan, "reason": self.reason,
+                                "estimates_s": {k: round(v, 3) for k, v in self.estimates.items()}}
+        if self.writes:
+            data["writes"] = dict(self.writes)
+        return json.dumps(data, sort_keys=True)
+
+
+def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, rates: Rates) -> dict[str, float]:
+    """Seconds each way that can apply these changes would take to write them into the table."""
+    written = present_rows * rates.per_written_row
+    located = facts.touched_rows * rates.per_scanned_row + change_keys * rates.per_key
+    estimates = {
+        OVERWRITE: (rates.fixed[OVERWRITE] + facts.rows * (rates.per_read_row + rates.per_written_row)
+                    + change_keys * rates.per_change_row + written),
+        MERGE: rates.fixed[MERGE] + facts.touched_rows * rates.per_merged_row + change_keys * rates.per_key + written,
+    }
+    if facts.new_keys_only:
+        estimates[APPEND] = rates.fixed[APPEND] + written
+    if present_rows == change_keys:
+        estimates[REPLACE] = rates.fixed[REPLACE] + located + written
+    if present_rows == 0:
+        estimates[DELETE] = rates.fixed[DELETE] + located
+    return estimates
+
+
+def round_estimates(facts: RoundFacts, rates: Rates) -> dict[str, float]:
+    """Seconds each way would take for the whole round (feed included), before corrections."""
+    feed = rates.feed_fixed + facts.change_rows * rates.per_change_row
+    estimates = {plan: feed + seconds for plan, seconds in write_estimates(
+        facts.table, facts.changed_keys, facts.present_rows, rates).items()}
+    recompute = rates.fixed[RECOMPUTE] + facts.upstream_rows * rates.per_upstream_row
+    estimates[RECOMPUTE] = recompute + (feed if facts.feed_needed_for_recompute else 0.0)
+    return estimates
+
+
+def aggregate_round_estimates(
+    change_rows: int, state_writes: Mapping[str, float], mv_writes: Mapping[str, float], upstream_rows: int,
+    state_rows: int, mv_rows: int, rates: Rates,
+) -> dict[str, float]:
+    """Seconds of an aggregate round applied incrementally (the feed folded into the touched
+    groups, state and MV each written their cheapest way) and recomputed (the state from
+    the whole upstream, both tables overwritten)."""
+    feed = rates.feed_fixed + change_rows * rates.per_change_row
+    overwrites = sum(rates.fixed[OVERWRITE] + rows * rates.per_written_row for rows in (state_rows, mv_rows))
+    return {
+        INCREMENTAL: feed + rates.aggregate_fixed + min(state_writes.values()) + min(mv_writes.values()),
+        RECOMPUTE: rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row + overwrites,
+    }
+
+
+def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool,
+                    feed_needed_for_recompute: bool) -> dict[str, float]:
+    """What is known before a round reads its feed (its change rows guessed from the
+    change files' bytes): a recompute's estimate, and the least any incremental round
+    could cost (the feed and the cheapest write's fixed cost, writing nothing)."""
+    feed = rates.feed_fixed + change_rows * rates.per_change_row
+    writes = 2 if aggregate else 1
+    least = feed + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0)
+    recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
+    if feed_needed_for_recompute and not aggregate:
+        recompute += feed
+    return {INCREMENTAL: least, RECOMPUTE: recompute}
+
+
+def corrections(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Per plan, how much longer than estimated its recent rounds took (median ratio of the
+    last few, bounded), from the observations the job's state file keeps."""
+    ratios: dict[str, list[float]] = {}
+    for entry in observations:
+        estimate, seconds = float(entry.get("estimate_s") or 0), float(entry.get("seconds") or 0)
+        if estimate > 0 and seconds > 0:
+            ratios.setdefault(str(entry.get("plan")), []).append(seconds / estimate)
+    low, high = _CORRECTION_BOUNDS
+    return {plan: min(high, max(low, statistics.median(values[-_CORRECTION_SAMPLES:])))
+            for plan, values in ratios.items()}
+
+
+def choose(estimates: Mapping[str, float], corrections_by_plan: Mapping[str, float], requested: str) -> RoundPlan:
+    """The cheapest corrected estimate among the plans `requested` allows."""
+    if requested not in ROUND_PLAN_CHOICES:
+        raise ValueError(f"round_plan must be one of {', '.join(ROUND_PLAN_CHOICES)}, got {requested!r}")
+    corrected = {plan: seconds * corrections_by_plan.get(plan, 1.0) for plan, seconds in estimates.items()}
+    if requested == RECOMPUTE and RECOMPUTE in corrected:
+        return RoundPlan(RECOMPUTE, corrected, "round_plan: recompute", estimates[RECOMPUTE])
+    allowed = {plan: s for plan, s in corrected.items() if plan != RECOMPUTE}
+    if requested == AUTO and RECOMPUTE in corrected and (not allowed or recompute_saves(
+            corrected[RECOMPUTE], min(allowed.values()))):
+        allowed[RECOMPUTE] = corrected[RECOMPUTE]
+    plan = min(allowed, key=lambda name: (allowed[name], name))
+    others = sorted((s, name) for name, s in corrected.items() if name != plan)
+    reason = f"cheapest estimate {allowed[plan]:.2f} s"
+    if others:
+        reason += f", next {others[0][1]} {others[0][0]:.2f} s"
+    if requested == INCREMENTAL:
+        reason += " (round_plan: incremental)"
+    return RoundPlan(plan, corrected, reason, estimates[plan])
+
+
+def recompute_saves(recompute: float, incremental: float) -> bool:
+    """Whether a recompute is enough cheaper than the cheapest incremental way to take it."""
+    return recompute <= incremental - max(RECOMPUTE_SAVING_S, RECOMPUTE_SAVING_SHARE * incremental)
+
+
+def observation(plan: RoundPlan, seconds: float, epoch: int) -> dict[str, Any]:
+    """What the state file keeps of a finished round for later corrections."""
+    return {"plan": plan.plan, "estimate_s": round(plan.base_estimate, 4),
+            "seconds": round(seconds, 4), "epoch": epoch}

@@ -1,0 +1,91 @@
+"""Section `submit`: catch-up as a DAG runs it, each side its own `spark-submit` (cold JVM).
+
+A phase task starts a fresh JVM, which pays for class loading, code generation and
+Delta's first snapshot before its first round does any work; an in-process benchmark
+hides that. For the Q1 aggregate and the stateless MV: the MV is snapshotted by
+`spark-submit spark_jobs/snapshot.py` (unmeasured), then `repeats` times one RF1 + RF2
+pair is committed to lineitem, `spark-submit spark_jobs/catch_up.py` catches the MV up and
+`spark-submit bench/plain_recompute.py` recomputes it as a user's plain job would, both
+timed from the outside. Medians; the speed-up is plain over catch-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from typing import Any
+
+import yaml
+
+from airflow_backfill import tpch
+from airflow_backfill.engine import job_state
+from bench.measure import median, stopwatch
+from bench.workload import LINEITEM_KEY, QUERIES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 20 * 60
+
+
+def submit_env() -> dict[str, str]:
+    """The environment a phase task gives spark-submit: the checkout's Spark settings
+    (`SPARK_CONF_DIR`, as scripts/env.sh sets it) and this Python for the driver."""
+    env = dict(os.environ)
+    env.setdefault("SPARK_CONF_DIR", os.path.join(ROOT, "jars", "conf"))
+    env.update({"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+                "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))})
+    return env
+
+
+def spark_submit(parallelism: int, application: str, *arguments: str) -> float:
+    """Run one spark-submit to completion; its wall time in seconds (an error when it fails)."""
+    command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", f"local[{parallelism}]",
+               application, *arguments]
+    with stopwatch() as elapsed:
+        finished = subprocess.run(command, env=submit_env(), cwd=ROOT, capture_output=True, text=True,
+                                  timeout=TIMEOUT_S, check=False)
+    if finished.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} failed ({finished.returncode}): {finished.stderr[-3000:]}")
+    return round(elapsed(), 3)
+
+
+def _job_file(work_dir: str, kind: str, tables: tpch.TpchTables, parallelism: int) -> tuple[str, str]:
+    """A job file for the `kind` MV over lineitem; (its path, the MV's path)."""
+    target = os.path.join(work_dir, "submit-mv", kind)
+    job = {"name": f"bench_submit_{kind}", "source": tables.lineitem, "target": target, "query": QUERIES[kind],
+           "primary_key": list(LINEITEM_KEY), "backfill_parallelism": parallelism, "lag_threshold": 0}
+    path = os.path.join(work_dir, f"submit-{kind}.yaml")
+    with open(path, "w") as handle:
+        yaml.safe_dump(job, handle)
+    return path, target
+
+
+def submitted_catch_up(work_dir: str, tables: tpch.TpchTables, args: argparse.Namespace) -> dict[str, Any]:
+    """Both MV kinds, each side its own spark-submit."""
+    return {"parallelism": args.backfill_parallelism,
+            **{kind: _kind(work_dir, tables, args, kind) for kind in ("aggregate", "stateless")}}
+
+
+def _kind(work_dir: str, tables: tpch.TpchTables, args: argparse.Namespace, kind: str) -> dict[str, Any]:
+    parallelism = args.backfill_parallelism
+    job_file, target = _job_file(work_dir, kind, tables, parallelism)
+    phase = os.path.join(ROOT, "spark_jobs", "{}.py")
+    spark_submit(parallelism, phase.format("snapshot"), "--job", job_file)
+    runs = []
+    for _ in range(args.repeats):
+        tpch.insert_new_orders(tables, args.seed)
+        version = tpch.delete_old_orders(tables, args.seed).lineitem_version
+        catch_up_s = spark_submit(parallelism, phase.format("catch_up"), "--job", job_file)
+        rounds = job_state.read_state(target).get("catch_up_rounds", [])
+        plain_s = spark_submit(parallelism, os.path.join(ROOT, "bench", "plain_recompute.py"),
+                               "--source", tables.lineitem, "--version", str(version), "--query", QUERIES[kind],
+                               "--target", os.path.join(work_dir, "submit-plain", kind))
+        runs.append({"catch_up_s": catch_up_s, "plain_s": plain_s,
+                     "round_s": round(sum(r.get("seconds", 0.0) for r in rounds), 3),
+                     "plans": [r.get("plan") for r in rounds]})
+    catch_up = median([r["catch_up_s"] for r in runs])
+    plain = median([r["plain_s"] for r in runs])
+    return {"runs": runs, "catch_up_median_s": round(catch_up, 3), "plain_median_s": round(plain, 3),
+            "round_median_s": round(median([r["round_s"] for r in runs]), 3),
+            "speedup": round(plain / catch_up, 2)}

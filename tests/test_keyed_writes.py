@@ -1,0 +1,206 @@
+"""Every way to write keyed changes (append, replace, merge, overwrite) leaves the same rows,
+moves the watermark in the same commit, is a no-op when repeated, records a change feed
+that nets per key to exactly the changes, and refuses a key that arrives while the table
+holds it; and the cheapest way is what a write without a round plan takes."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, TABLE_PROPERTIES
+from airflow_backfill.engine.delta.keyed_writes import cheapest_way, prepare, write, write_keyed
+from airflow_backfill.engine.planning.round_plan import APPEND, DELETE, MERGE, OVERWRITE, REPLACE, Rates
+
+pytestmark = pytest.mark.spark
+
+APP = "airflow_backfill/test"
+WAYS = (MERGE, OVERWRITE)
+"""The ways that apply any keyed changes (append only takes keys above the table's,
+replace only changes that all have a new row, delete only changes that all delete)."""
+
+
+def create(spark, uri: str, rows: list[tuple], schema: str, **properties: str) -> None:
+    writer = spark.createDataFrame(rows, schema).write.format("delta").mode("append")
+    for key, value in {**TABLE_PROPERTIES, **properties}.items():
+        writer = writer.option(key, value)
+    writer.option("txnAppId", APP).option("txnVersion", "0").save(uri)
+
+
+def changes(spark, rows: list[tuple], schema: str, *, arrived: bool = False):
+    """Keyed changes: a row with `__present` true is upserted, one with NULL deletes its key."""
+    extra = f", {ARRIVED} boolean" if arrived else ""
+    return spark.createDataFrame(rows, f"{schema}, {PRESENT} boolean{extra}")
+
+
+def write_as(spark, way: str, uri: str, frame, version: int, key=("k",), null_safe: bool = False) -> int:
+    prepared = prepare(spark, uri, frame, key, null_safe=null_safe)
+    try:
+        return write(spark, prepared, way, app_id=APP, version=version, user_metadata="{}")
+    finally:
+        prepared.release()
+
+
+def rows_of(spark, uri: str) -> list[tuple]:
+    return sorted((tuple(r) for r in spark.read.format("delta").load(uri).collect()),
+                  key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def netted_feed(spark, uri: str, version: int, key: tuple[str, ...] = ("k",)) -> dict:
+    """The version's change feed netted per key: key -> its new row, or None when it left;
+    keys whose row is the same before and after are left out."""
+    feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version)
+            .option("endingVersion", version).load(uri)).collect()
+    columns = [c for c in feed[0].asDict() if not c.startswith("_")] if feed else []
+    before: dict = {}
+    after: dict = {}
+    for row in feed:
+        values = tuple(row[c] for c in columns)
+        ident = tuple(row[c] for c in key)
+        if row["_change_type"] in ("delete", "update_preimage"):
+            before[ident] = values
+        else:
+            after[ident] = values
+    return {k: after.get(k) for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
+UPSERTS = [(5, "five", True), (20, "twenty", True), (6, "v6", True)]
+DELETES = [(3, None, None), (99, None, None)]
+CASES = {
+    "mixed": (UPSERTS + DELETES, (MERGE, OVERWRITE)),
+    "upserts": (UPSERTS, (REPLACE, MERGE, OVERWRITE)),
+    "deletes": (DELETES, (DELETE, MERGE, OVERWRITE)),
+}
+"""Changes of each kind and the ways that apply them (a replace needs every change to have a
+new row, a delete every change to leave)."""
+
+
+@pytest.mark.parametrize(("kind", "way"), [(kind, way) for kind, (_, ways) in CASES.items() for way in ways])
+def test_every_way_leaves_the_same_rows_watermark_and_netted_feed(spark, tmp_path, kind, way):
+    uri = str(tmp_path / "mv")
+    create(spark, uri, [(k, f"v{k}") for k in range(1, 11)], "k int, v string")
+    rows = CASES[kind][0]
+
+    assert write_as(spark, way, uri, changes(spark, rows, "k int, v string"), version=1) == len(rows)
+
+    expected = {k: f"v{k}" for k in range(1, 11)}
+    for key, value, present in rows:
+        if present:
+            expected[key] = value
+        else:
+            expected.pop(key, None)
+    assert rows_of(spark, uri) == sorted(expected.items())
+    assert DeltaTable(uri).transaction_version(APP) == 1
+    changed = {(k,): (None if not present else (k, v)) for k, v, present in rows if (k, v) != (6, "v6") and k != 99}
+    assert netted_feed(spark, uri, 1) == changed
+    # The same version again changes nothing: the watermark tells.
+    assert write_as(spark, way, uri, changes(spark, [(1, None, None)], "k int, v string"), version=1) == 0
+    assert len(rows_of(spark, uri)) == len(expected)
+    assert DeltaTable(uri).version() == 1
+
+
+def test_a_round_of_new_keys_above_the_table_is_an_append_and_the_cheapest_way(spark, tmp_path):
+    uri = str(tmp_path / "mv")
+    create(spark, uri, [(k, f"v{k}") for k in range(1, 11)], "k long, v string")
+    frame = changes(spark, [(11, "new", True), (12, "new", True), (13, None, None)], "k long, v string")
+
+    prepared = prepare(spark, uri, frame, ("k",), null_safe=False)
+    try:
+        assert prepared.facts.new_keys_only
+        assert cheapest_way(prepared, Rates()) == APPEND
+        write(spark, prepared, APPEND, app_id=APP, version=1, user_metadata="{}")
+    finally:
+        prepared.release()
+
+    assert DeltaTable(uri).history(limit=1)[0]["operation"] == "WRITE"
+    assert rows_of(spark, uri) == [(k, f"v{k}") for k in range(1, 11)] + [(11, "new"), (12, "new")]
+    assert netted_feed(spark, uri, 1) == {(11,): (11, "new"), (12,): (12, "new")}
+
+
+@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE)])
+def test_null_keys_match_null_safely(spark, tmp_path, ways):
+    uri = str(tmp_path / "state")
+    create(spark, uri, [(None, 1), (1, 1), (2, 1)], "k int, n long")
+    upserting, deleting = ways
+
+    write_as(spark, upserting, uri, changes(spark, [(None, 5, True), (9, 1, True)], "k int, n long"), version=1,
+             null_safe=True)
+    assert rows_of(spark, uri) == [(None, 5), (1, 1), (2, 1), (9, 1)]
+    write_as(spark, deleting, uri, changes(spark, [(None, None, None), (2, None, None)], "k int, n long"),
+             version=2, null_safe=True)
+    assert rows_of(spark, uri) == [(1, 1), (9, 1)]
+    assert netted_feed(spark, uri, 2) == {(None,): None, (2,): None}
+
+
+@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE)])
+def test_composite_date_and_string_keys(spark, tmp_path, ways):
+    uri = str(tmp_path / "mv")
+    day = datetime.date(2024, 1, 1)
+    schema = "d date, name string, x int"
+    create(spark, uri, [(day, "a'b", 1), (day, "c\\d", 2), (day + datetime.timedelta(1), "a'b", 3)], schema)
+    upserting, deleting = ways
+
+    write_as(spark, upserting, uri, changes(spark, [(day, "c\\d", 20, True), (day, "new", 4, True)], schema),
+             version=1, key=("d", "name"))
+    write_as(spark, deleting, uri, changes(spark, [(day + datetime.timedelta(1), "a'b", None, None)], schema),
+             version=2, key=("d", "name"))
+
+    assert rows_of(spark, uri) == [(day, "a'b", 1), (day, "c\\d", 20), (day, "new", 4)]
+    assert netted_feed(spark, uri, 1, ("d", "name")) == {(day, "c\\d"): (day, "c\\d", 20), (day, "new"): (day, "new", 4)}
+    assert netted_feed(spark, uri, 2, ("d", "name")) == {(day + datetime.timedelta(1), "a'b"): None}
+
+
+@pytest.mark.parametrize("way", (REPLACE, MERGE, OVERWRITE))
+def test_a_key_that_arrives_while_the_table_holds_it_is_refused_and_nothing_is_written(spark, tmp_path, way):
+    uri = str(tmp_path / "mv")
+    create(spark, uri, [(k, f"v{k}") for k in range(1, 6)], "k long, v string")
+    frame = changes(spark, [(3, "again", True, True), (4, "four", True, False)], "k long, v string", arrived=True)
+
+    with pytest.raises(Exception, match="upstream key repeated: k=3"):
+        write_as(spark, way, uri, frame, version=1)
+    assert DeltaTable(uri).version() == 0
+
+    # A key that arrives and is new to the table is written.
+    write_as(spark, way, uri, changes(spark, [(2, "two", True, False), (7, "seven", True, True)],
+                                      "k long, v string", arrived=True), version=1)
+    assert rows_of(spark, uri) == [(1, "v1"), (2, "two"), (3, "v3"), (4, "v4"), (5, "v5"), (7, "seven")]
+
+
+def test_a_small_table_is_overwritten_and_a_large_one_replaced_or_deleted_from(spark, tmp_path):
+    uri = str(tmp_path / "mv")
+    create(spark, uri, [(k, k) for k in range(1, 101)], "k long, v long")
+    frame = changes(spark, [(50, 0, True)], "k long, v long")
+    # The same changes against a table a hundred thousand times larger (its rows costlier to read).
+    larger = Rates(per_read_row=Rates().per_read_row * 100_000)
+
+    prepared = prepare(spark, uri, frame, ("k",), null_safe=False)
+    try:
+        assert prepared.facts.rows == 100
+        assert cheapest_way(prepared, Rates()) == OVERWRITE
+        assert cheapest_way(prepared, larger) == REPLACE
+    finally:
+        prepared.release()
+    deleted = prepare(spark, uri, changes(spark, [(7, None, None)], "k long, v long"), ("k",), null_safe=False)
+    try:
+        assert cheapest_way(deleted, larger) == DELETE
+    finally:
+        deleted.release()
+    write_keyed(spark, uri, frame, ("k",), app_id=APP, version=1, user_metadata="{}", null_safe=False)
+    assert rows_of(spark, uri)[49] == (50, 0)
+
+
+def test_a_merge_that_only_deletes_has_one_delete_clause_and_a_feed_of_the_deleted_keys(spark, tmp_path):
+    uri = str(tmp_path / "mv")
+    create(spark, uri, [(k, f"v{k}") for k in range(1, 11)], "k long, v string")
+
+    write_as(spark, MERGE, uri, changes(spark, [(3, None, None), (7, None, None)], "k long, v string"), version=1)
+
+    merge = DeltaTable(uri).history(limit=1)[0]
+    assert merge["operation"] == "MERGE"
+    assert json.loads(merge["operationParameters"]["matchedPredicates"]) == [{"actionType": "delete"}]
+    assert json.loads(merge["operationParameters"]["notMatchedPredicates"]) == []
+    assert netted_feed(spark, uri, 1) == {(3,): None, (7,): None}
+    assert [k for k, _ in rows_of(spark, uri)] == [1, 2, 4, 5, 6, 8, 9, 10]

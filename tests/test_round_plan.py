@@ -1,0 +1,118 @@
+"""The round planner: estimates follow the facts, corrections follow the job's own rounds,
+and `round_plan` pins the choice. Pure functions: no Spark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_backfill.engine.planning.round_plan import (
+    APPEND,
+    AUTO,
+    DELETE,
+    INCREMENTAL,
+    MERGE,
+    OVERWRITE,
+    RECOMPUTE,
+    REPLACE,
+    ROUND_PLAN_CHOICES,
+    Rates,
+    RoundFacts,
+    RoundPlan,
+    TableFacts,
+    aggregate_round_estimates,
+    choose,
+    corrections,
+    observation,
+    round_estimates,
+)
+from airflow_backfill.job import ROUND_PLANS
+
+MV_ROWS = 6_000_000
+"""A stateless MV over TPC-H lineitem at scale factor 1."""
+
+
+def facts(changed_keys: int, touched: int, *, kept: float = 1.0, new_keys_only: bool = False) -> RoundFacts:
+    """A round changing `changed_keys` keys, `kept` of which still have a row afterwards."""
+    return RoundFacts(change_rows=2 * changed_keys, changed_keys=changed_keys,
+                      present_rows=int(changed_keys * kept),
+                      table=TableFacts(rows=MV_ROWS, touched_rows=touched, new_keys_only=new_keys_only),
+                      upstream_rows=MV_ROWS)
+
+
+def cheapest(round_facts: RoundFacts, requested: str = AUTO, fixes: dict[str, float] | None = None) -> str:
+    return choose(round_estimates(round_facts, Rates()), fixes or {}, requested).plan
+
+
+def test_the_job_field_and_the_planner_offer_the_same_choices():
+    assert ROUND_PLANS == ROUND_PLAN_CHOICES
+
+
+def test_the_plan_follows_the_size_and_spread_of_the_change():
+    assert cheapest(facts(12_000, MV_ROWS)) == REPLACE  # updates scattered over the MV
+    assert cheapest(facts(6_000, MV_ROWS, kept=0)) == DELETE  # the line items of deleted orders
+    assert cheapest(facts(1, 6_000)) == REPLACE  # one row, its key range in one file
+    assert cheapest(facts(12_000, 0, new_keys_only=True)) == APPEND
+    assert cheapest(facts(1_200_000, MV_ROWS)) in (RECOMPUTE, OVERWRITE)  # 10 % of the rows: all rewritten
+    # Updates and deletes together, clustered in a few files: a merge of those files.
+    assert cheapest(facts(30_000, 400_000, kept=0.5)) == MERGE
+
+
+def test_a_small_table_is_overwritten():
+    small = RoundFacts(change_rows=10, changed_keys=5, present_rows=5, table=TableFacts(rows=200, touched_rows=200),
+                       upstream_rows=10_000)
+    assert cheapest(small) == OVERWRITE
+
+
+def test_round_plan_pins_the_choice():
+    big = facts(1_200_000, MV_ROWS)
+    assert cheapest(big, INCREMENTAL) != RECOMPUTE
+    assert cheapest(facts(1, 6_000), RECOMPUTE) == RECOMPUTE
+    with pytest.raises(ValueError, match="round_plan must be one of"):
+        cheapest(big, "sometimes")
+
+
+def test_corrections_come_from_the_last_rounds_of_each_plan_and_are_bounded():
+    rounds = [{"plan": REPLACE, "estimate_s": 1.0, "seconds": s} for s in (9.0, 3.0, 3.0, 3.0, 3.0, 3.0)]
+    rounds += [{"plan": MERGE, "estimate_s": 2.0, "seconds": 1.0}, {"plan": RECOMPUTE, "estimate_s": 1, "seconds": 99}]
+    rounds += [{"plan": APPEND, "estimate_s": 0, "seconds": 1.0}]  # no estimate: ignored
+    assert corrections(rounds) == {REPLACE: 3.0, MERGE: 0.5, RECOMPUTE: 5.0}
+
+
+def test_a_plan_that_ran_slower_than_estimated_loses_to_a_recompute():
+    pair = facts(12_000, MV_ROWS)
+    estimates = round_estimates(pair, Rates())
+    assert choose(estimates, {}, AUTO).plan == REPLACE
+    slow = estimates[RECOMPUTE] / estimates[REPLACE] * 1.5
+    chosen = choose(estimates, {REPLACE: slow, OVERWRITE: 1.5}, AUTO)
+    assert chosen.plan == RECOMPUTE
+    assert chosen.base_estimate == pytest.approx(estimates[RECOMPUTE])
+    assert chosen.reason.startswith("cheapest estimate") and ", next " in chosen.reason
+
+
+def test_auto_recomputes_only_when_that_saves_a_second_and_a_fifth():
+    assert choose({REPLACE: 2.0, RECOMPUTE: 1.5}, {}, AUTO).plan == REPLACE  # saves too little
+    assert choose({REPLACE: 2.0, RECOMPUTE: 0.9}, {}, AUTO).plan == RECOMPUTE
+    assert choose({REPLACE: 20.0, RECOMPUTE: 16.5}, {}, AUTO).plan == REPLACE  # a second, but not a fifth
+    assert choose({REPLACE: 20.0, RECOMPUTE: 15.5}, {}, AUTO).plan == RECOMPUTE
+    assert choose({REPLACE: 2.0, RECOMPUTE: 1.5}, {}, RECOMPUTE).plan == RECOMPUTE
+
+
+def test_the_plan_is_recorded_as_json_and_observed_against_its_uncorrected_estimate():
+    chosen = choose({REPLACE: 1.0, RECOMPUTE: 4.0}, {REPLACE: 2.0}, AUTO).with_writes(state=OVERWRITE, mv=REPLACE)
+    data = json.loads(chosen.to_json())
+    assert data == {"plan": REPLACE, "estimates_s": {REPLACE: 2.0, RECOMPUTE: 4.0}, "reason": chosen.reason,
+                    "writes": {"state": OVERWRITE, "mv": REPLACE}}
+    assert chosen.label == "replace (state overwrite, mv replace)"
+    assert observation(chosen, 2.5, 7) == {"plan": REPLACE, "estimate_s": 1.0, "seconds": 2.5, "epoch": 7}
+    assert RoundPlan(APPEND, {}, "").label == APPEND
+
+
+def test_an_aggregate_round_recomputes_only_when_its_change_outweighs_the_upstream():
+    rates = Rates()
+    writes = {OVERWRITE: 0.5}
+    small_change = aggregate_round_estimates(12_000, writes, writes, MV_ROWS, 4, 4, rates)
+    assert choose(small_change, {}, AUTO).plan == INCREMENTAL
+    huge_change = aggregate_round_estimates(3 * MV_ROWS, writes, writes, MV_ROWS, 4, 4, rates)
+    assert choose(huge_change, {}, AUTO).plan == RECOMPUTE

@@ -1,0 +1,140 @@
+"""Rounds through every plan: each is exact at every commit, a round killed before or after
+its commit in any plan is redone exactly once, `round_plan` pins the plan, `auto`
+recomputes when the job's own rounds say that is cheaper, and a recompute still refuses a
+key the upstream holds twice."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from aggregate_upstream import apply_epoch, create, random_ops
+from deltalake import DeltaTable
+from helpers_delta import append_orders, cycle_write_ways, mv_commits, round_plans
+
+from airflow_backfill.engine import job_state
+from airflow_backfill.engine.aggregates import apply as aggregate_apply
+from airflow_backfill.engine.phases import apply
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.round_planner import ROUND_COSTS
+from airflow_backfill.exceptions import RepeatedKeyError
+from airflow_backfill.job import BackfillJob
+from airflow_backfill.simulator import commit_epoch, create_orders_table
+from oracle import assert_every_commit_matches
+
+pytestmark = pytest.mark.spark
+
+QUERY = "SELECT order_id, customer_id, amount * quantity AS total FROM source WHERE status <> 'cancelled'"
+AGGREGATE = "SELECT g, COUNT(*) AS n, SUM(x) AS sx, MIN(x) AS mn FROM source GROUP BY g"
+PLANS = ("replace", "merge", "overwrite", "recompute")
+
+
+class Killed(Exception):
+    """Stands in for SIGKILL inside the test process."""
+
+
+def kill_at(monkeypatch, module, point: str) -> None:
+    def fake_crash(phase: str, at: str) -> None:
+        if at == point:
+            raise Killed(f"{phase}:{at}")
+
+    monkeypatch.setattr(module, "maybe_crash", fake_crash)
+
+
+def orders_job(tables: dict[str, str], **settings) -> BackfillJob:
+    return BackfillJob(name="orders_mv", query=QUERY, primary_key=["order_id"], lag_threshold=0,
+                       backfill_parallelism=1, parallelism=1, **settings, **tables)
+
+
+def plan_job(tables: dict[str, str], plan: str, monkeypatch, **settings) -> BackfillJob:
+    """A job whose rounds take `plan`: recompute through the job's own field, a way to write
+    through the test hook (the tiny test tables would otherwise always be overwritten)."""
+    if plan == "recompute":
+        return orders_job(tables, round_plan="recompute", **settings)
+    cycle_write_ways(monkeypatch, (plan,))
+    return orders_job(tables, round_plan="incremental", **settings)
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_a_round_killed_before_or_after_its_commit_is_redone_once_in_every_plan(spark, tables, monkeypatch, plan):
+    source = tables["source"]
+    create_orders_table(source, rows=300, seed=11)
+    job = plan_job(tables, plan, monkeypatch)
+    run_snapshot(spark, job)
+    commit_epoch(source, random.Random(11), inserts=20, updates=40, deletes=15)
+
+    kill_at(monkeypatch, apply, "after_write")  # the round's data written, not committed
+    with pytest.raises(Killed):
+        run_catch_up(spark, job)
+    assert len(mv_commits(job.target)) == 1, "nothing may be committed before the commit"
+    kill_at(monkeypatch, apply, "after_commit")  # committed, then killed
+    with pytest.raises(Killed):
+        run_catch_up(spark, job)
+    monkeypatch.setattr(apply, "maybe_crash", lambda phase, at: None)
+    result = run_catch_up(spark, job)  # the rerun finds the watermark there: nothing to apply
+
+    assert result.rounds == [] and result.watermark == DeltaTable(source).version()
+    assert round_plans(job.target) == [plan]
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_an_aggregate_killed_between_its_state_and_mv_commits_recovers_in_every_plan(
+        spark, tables, monkeypatch, plan):
+    rng = random.Random(plan)
+    upstream = create(tables["source"], [{"g": rng.choice("abc"), "h": None, "x": rng.randint(0, 9), "d": None,
+                                          "f": None, "s": None} for _ in range(30)])
+    job = BackfillJob(name="agg", query=AGGREGATE, primary_key=["id"], lag_threshold=0, backfill_parallelism=1,
+                      parallelism=1, round_plan="recompute" if plan == "recompute" else "incremental", **tables)
+    if plan != "recompute":
+        monkeypatch.setattr(aggregate_apply, "_cheapest", lambda estimates: plan)
+    run_snapshot(spark, job)
+    apply_epoch(upstream, random_ops(rng))
+
+    kill_at(monkeypatch, aggregate_apply, "after_state_commit")
+    with pytest.raises(Killed):
+        run_catch_up(spark, job)
+    monkeypatch.setattr(aggregate_apply, "maybe_crash", lambda phase, at: None)
+    apply_epoch(upstream, random_ops(rng))
+    run_catch_up(spark, job)  # first brings the MV up to the state, then applies the new epoch
+
+    assert assert_every_commit_matches(upstream.uri, job.target, AGGREGATE, job.app_id, key=["g"]) == 3
+    last = json.loads(mv_commits(job.target)[-1]["airflow_backfill.plan"])
+    if plan == "recompute":
+        assert last["plan"] == "recompute"
+    else:
+        assert last["plan"] == "incremental" and last["writes"] == {"state": plan, "mv": plan}
+
+
+def test_auto_recomputes_when_the_jobs_rounds_ran_far_slower_than_estimated(spark, tables):
+    source = tables["source"]
+    create_orders_table(source, rows=200, seed=12)
+    job = orders_job(tables)
+    run_snapshot(spark, job)
+    slow = [{"plan": way, "estimate_s": 1.0, "seconds": 5.0, "epoch": 0}
+            for way in ("append", "replace", "merge", "overwrite") for _ in range(3)]
+    job_state.update_state(job.target, **{ROUND_COSTS: slow})
+    commit_epoch(source, random.Random(12), inserts=5, updates=10, deletes=5)
+
+    result = run_catch_up(spark, job)
+
+    assert [r.plan for r in result.rounds] == ["recompute"]
+    assert round_plans(job.target) == ["recompute"]
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+    kept = job_state.read_state(job.target)[ROUND_COSTS]
+    assert kept[-1]["plan"] == "recompute" and kept[-1]["seconds"] > 0
+
+
+@pytest.mark.parametrize("plan", ("recompute", "replace"))
+def test_a_key_held_twice_is_refused_before_anything_is_committed(spark, tables, monkeypatch, plan):
+    source = tables["source"]
+    create_orders_table(source, rows=50, seed=13)
+    job = plan_job(tables, plan, monkeypatch)
+    run_snapshot(spark, job)
+    append_orders(source, [7])  # order 7 exists: the upstream now holds it twice
+
+    with pytest.raises(RepeatedKeyError, match="order_id=7"):
+        run_catch_up(spark, job)
+    assert len(mv_commits(job.target)) == 1
