@@ -11,9 +11,10 @@ import json
 import os
 import re
 import string
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -137,20 +138,45 @@ def normalize_table_uri(name: str, value: Any) -> str:
     return os.path.abspath(value)
 
 
+MAX_JOINED_UPSTREAMS = 4
+"""The most upstreams one join MV may read: each round applies one delta term per
+upstream, each joining its changes with the other upstreams."""
+
+_UPSTREAM_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+SINGLE_UPSTREAM_NAME = "source"
+"""The name the query of a one-upstream job reads its upstream by."""
+
+
 @dataclass(frozen=True)
+class Upstream:
+    """One upstream table of a job: the name its query reads it by, where it is, its key."""
+
+    name: str
+    table: str
+    """Delta table path or URI (normalised like `source`)."""
+    primary_key: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class BackfillJob:
-    """One materialized view over one upstream Delta table."""
+    """One materialized view over one upstream Delta table (`source`) or over a join of
+    several (`sources`)."""
 
     name: str
     """Identifies the job; the MV's app transaction id is `airflow_backfill/<name>`."""
-    source: str
-    """Upstream Delta table (path, file:// or s3:// URI). It must have the Change Data Feed on."""
+    source: str = ""
+    """Upstream Delta table (path, file:// or s3:// URI). It must have the Change Data Feed on.
+    Required unless `sources` names several upstreams."""
     target: str
     """The MV's Delta table (path, file:// or s3:// URI). Created by the snapshot phase."""
     query: str
-    """Spark SQL over the table name `source` that defines the MV."""
-    primary_key: tuple[str, ...]
-    """Upstream primary-key columns; the query must select each of them unchanged."""
+    """Spark SQL over the table name `source` (or the names of `sources`) that defines the MV."""
+    primary_key: tuple[str, ...] = ()
+    """Upstream primary-key columns; the query must select each of them unchanged. Required
+    with `source`; with `sources` each upstream declares its own."""
+    sources: Mapping[str, Any] | tuple[Upstream, ...] = ()
+    """A join's upstreams, two to four: `{name: {table: <path or URI>, primary_key: [...]}}`;
+    the query reads each by its name (docs/joins.md). Kept as a tuple of `Upstream`."""
     backfill_parallelism: int = 2
     """Spark parallelism of the snapshot and catch-up phases."""
     parallelism: int = 1
@@ -183,7 +209,9 @@ class BackfillJob:
     round_plan: str = "auto"
     """How catch-up and forward rounds apply their changes: `auto` takes the way with the
     cheapest estimate, recomputing the whole MV when that is cheaper than applying the
-    changes; `incremental` never recomputes; `recompute` always does (docs/round-plans.md)."""
+    changes; `incremental` never recomputes; `recompute` always does (docs/round-plans.md).
+    A join's rounds never recompute (`recompute` is refused for one; auto and incremental
+    choose among the keyed writes)."""
     aws_conn_id: str | None = None
     """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
     tables on S3. Its credentials reach spark-submit as environment variables only."""
@@ -196,15 +224,18 @@ class BackfillJob:
                 f"name must start with a letter and use only letters, digits, '_', '.' or '-' "
                 f"(at most 128 characters), got {self.name!r}."
             )
-        object.__setattr__(self, "source", normalize_table_uri("source", self.source))
         object.__setattr__(self, "target", normalize_table_uri("target", self.target))
-        if self.source == self.target:
-            raise BackfillConfigError(
-                f"source and target are the same table ({self.source}); the MV needs its own path."
-            )
+        if self.sources != ():  # an empty mapping is refused as naming no upstream
+            self._validate_join_upstreams()
+        else:
+            object.__setattr__(self, "source", normalize_table_uri("source", self.source))
+            if self.source == self.target:
+                raise BackfillConfigError(
+                    f"source and target are the same table ({self.source}); the MV needs its own path."
+                )
+            object.__setattr__(self, "primary_key", _primary_key(self.primary_key))
         if not isinstance(self.query, str) or not self.query.strip():
             raise BackfillConfigError("query must be a non-empty Spark SQL SELECT over `source`.")
-        object.__setattr__(self, "primary_key", _primary_key(self.primary_key))
         validate_parallelism("backfill_parallelism", self.backfill_parallelism)
         validate_parallelism("parallelism", self.parallelism)
         validate_lag_threshold(self.lag_threshold)
@@ -220,10 +251,43 @@ class BackfillJob:
         if self.aws_conn_id is not None and (not isinstance(self.aws_conn_id, str) or not self.aws_conn_id.strip()):
             raise BackfillConfigError(f"aws_conn_id must be an Airflow connection id, got {self.aws_conn_id!r}.")
         validate_round_plan(self.round_plan)
+        if self.is_join and self.round_plan == "recompute":
+            raise BackfillConfigError(
+                "round_plan recompute is not available for a join (`sources`): a join's rounds always apply "
+                "their changes; use auto or incremental, or rerun the snapshot into a new target."
+            )
         if not isinstance(self.verify_primary_key, bool):
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."
             )
+
+    def _validate_join_upstreams(self) -> None:
+        if self.source or self.primary_key:
+            given = "source" if self.source else "primary_key"
+            raise BackfillConfigError(
+                f"a job with `sources` (a join) takes no top-level `{given}`: give each upstream its "
+                "table and primary_key under `sources`, or use `source` and `primary_key` for one upstream."
+            )
+        upstreams = _upstreams(self.sources)
+        for upstream in upstreams:
+            if upstream.table == self.target:
+                raise BackfillConfigError(
+                    f"upstream {upstream.name} and target are the same table ({self.target}); the MV "
+                    "needs its own path."
+                )
+        object.__setattr__(self, "sources", upstreams)
+
+    @property
+    def is_join(self) -> bool:
+        """True when the MV reads several upstreams (`sources`)."""
+        return bool(self.sources)
+
+    @property
+    def upstreams(self) -> tuple[Upstream, ...]:
+        """Every upstream the MV reads, in declaration order (one, named `source`, without `sources`)."""
+        if self.sources:
+            return cast(tuple[Upstream, ...], self.sources)
+        return (Upstream(SINGLE_UPSTREAM_NAME, self.source, self.primary_key),)
 
     @property
     def app_id(self) -> str:
@@ -241,7 +305,9 @@ class BackfillJob:
             raise BackfillConfigError(
                 f"{origin}: unknown field(s) {', '.join(unknown)}; valid fields are {', '.join(sorted(known))}."
             )
-        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        one_upstream = "sources" not in data
+        required = [f.name for f in fields(cls) if (f.default is MISSING and f.default_factory is MISSING)
+                    or (one_upstream and f.name in ("source", "primary_key"))]
         missing = [name for name in required if name not in data]
         if missing:
             raise BackfillConfigError(f"{origin}: missing required field(s) {', '.join(missing)}.")
@@ -253,7 +319,13 @@ class BackfillJob:
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-serialisable mapping that `from_mapping` turns back into this job."""
         data = asdict(self)
-        data["primary_key"] = list(self.primary_key)
+        if self.is_join:
+            del data["source"], data["primary_key"]
+            data["sources"] = {upstream.name: {"table": upstream.table, "primary_key": list(upstream.primary_key)}
+                               for upstream in self.upstreams}
+        else:
+            del data["sources"]
+            data["primary_key"] = list(self.primary_key)
         return data
 
     def to_json(self) -> str:
@@ -276,6 +348,57 @@ def _primary_key(value: Any) -> tuple[str, ...]:
     if len(set(value)) != len(value):
         raise BackfillConfigError(f"primary_key lists a column twice: {value!r}.")
     return tuple(value)
+
+
+def _upstreams(value: Any) -> tuple[Upstream, ...]:
+    """The `sources` mapping as validated `Upstream`s, in declaration order."""
+    if isinstance(value, tuple) and all(isinstance(item, Upstream) for item in value):
+        value = {item.name: {"table": item.table, "primary_key": list(item.primary_key)} for item in value}
+    example = "{orders: {table: /lake/orders, primary_key: [o_orderkey]}, customer: {...}}"
+    if not isinstance(value, Mapping):
+        raise BackfillConfigError(f"sources must map each upstream's name to its table and key, e.g. {example}.")
+    if len(value) < 2:
+        raise BackfillConfigError(
+            f"sources names {len(value)} upstream; a join reads two to {MAX_JOINED_UPSTREAMS}. For one upstream "
+            "use `source` and `primary_key` instead."
+        )
+    if len(value) > MAX_JOINED_UPSTREAMS:
+        raise BackfillConfigError(
+            f"sources names {len(value)} upstreams; a join MV reads at most {MAX_JOINED_UPSTREAMS}. Build an MV "
+            "over some of them first and join that MV."
+        )
+    upstreams: list[Upstream] = []
+    for name, entry in value.items():
+        if not isinstance(name, str) or not _UPSTREAM_NAME_PATTERN.match(name):
+            raise BackfillConfigError(
+                f"upstream name {name!r} is not a SQL identifier; use letters, digits and '_' "
+                "(the query reads the upstream by this name)."
+            )
+        if not isinstance(entry, Mapping) or set(entry) != {"table", "primary_key"}:
+            got = sorted(entry) if isinstance(entry, Mapping) else type(entry).__name__
+            raise BackfillConfigError(
+                f"sources.{name} must have exactly `table` and `primary_key`, got {got}; e.g. {example}."
+            )
+        try:
+            upstreams.append(Upstream(name, normalize_table_uri("table", entry["table"]),
+                                      _primary_key(entry["primary_key"])))
+        except BackfillConfigError as error:
+            raise BackfillConfigError(f"sources.{name}: {error}") from None
+    _refuse_repeated(upstreams)
+    return tuple(upstreams)
+
+
+def _refuse_repeated(upstreams: list[Upstream]) -> None:
+    """Names are case-insensitive in Spark SQL, and one table read twice is a self-join."""
+    for index, upstream in enumerate(upstreams):
+        for earlier in upstreams[:index]:
+            if earlier.name.lower() == upstream.name.lower():
+                raise BackfillConfigError(f"sources names {upstream.name!r} twice (names ignore case).")
+            if earlier.table == upstream.table:
+                raise BackfillConfigError(
+                    f"sources {earlier.name} and {upstream.name} are the same table ({upstream.table}): "
+                    "joining a table with itself is not supported."
+                )
 
 
 def load_job(path: str | os.PathLike[str]) -> BackfillJob:

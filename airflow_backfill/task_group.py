@@ -56,8 +56,13 @@ def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
 
 def upstream_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
     """The job's upstream as an Airflow Asset (`file://<source>`, or its `s3://` URI), the
-    phases' inlet."""
-    return delta_table_asset(as_job(job).source)
+    phases' inlet (the first upstream of a join; `upstream_assets` lists them all)."""
+    return upstream_assets(job)[0]
+
+
+def upstream_assets(job: BackfillJob | Mapping[str, Any] | str) -> list[Asset]:
+    """Every upstream of the job as an Airflow Asset, in declaration order: the phases' inlets."""
+    return [delta_table_asset(upstream.table) for upstream in as_job(job).upstreams]
 
 
 FORWARD_BOUNDS_FROM_PARAMS: dict[str, str] = {
@@ -115,8 +120,9 @@ def backfill_task_group(
     group_id = group_id or job.name
     asset = mv_asset(job)
     common: dict[str, Any] = {"job": job, "conn_id": conn_id, "conf": dict(spark_conf or {}),
-                              "inlets": [upstream_asset(job)], "outlets": [asset]}
-    with TaskGroup(group_id=group_id, tooltip=f"{job.source} -> {job.target}") as group:
+                              "inlets": upstream_assets(job), "outlets": [asset]}
+    sources = ", ".join(upstream.table for upstream in job.upstreams)
+    with TaskGroup(group_id=group_id, tooltip=f"{sources} -> {job.target}") as group:
         prefix = f"{group.group_id}."
         common["conf_key"] = group.group_id
         pin = PinEpochOperator(
@@ -126,7 +132,9 @@ def backfill_task_group(
         )
         # The watermarks travel as XComArgs: typed values (an int, not its Jinja rendering)
         # and dependencies Airflow can see.
-        snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=XComArg(pin, key="pinned_epoch"), **common)
+        pinned_epochs = XComArg(pin, key="pinned_epochs") if job.is_join else None
+        snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=XComArg(pin, key="pinned_epoch"),
+                                            epochs=pinned_epochs, **common)
         catch_up = LogStoreCatchUpOperator(
             task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
         )

@@ -1,4 +1,4 @@
-"""TPC-H `orders` and `lineitem` as live upstream Delta tables, for tests and benchmarks.
+"""TPC-H `orders` and `lineitem` (and `customer`) as live upstream Delta tables, for tests and benchmarks.
 
 The initial load comes from `tpchgen-cli` (the package's `demo` extra, run locally into a
 temporary folder: nothing is downloaded) and is written by delta-rs into two
@@ -20,7 +20,11 @@ A refresh touches about 0.1% of the orders by default (`REFRESH_SHARE`), as TPC-
 Everything is deterministic given a seed and the tables' history: each refresh seeds its
 random generator with the seed, the kind of refresh and the table's version.
 
-Primary keys (TPC-H section 1.4): `orders(o_orderkey)`, `lineitem(l_orderkey, l_linenumber)`.
+`customer`, for joins such as TPC-H Q3, is loaded by the `load` command (by default) and by
+`load_tpch(tables=LOADABLE)`; the refreshes leave it unchanged, as TPC-H's do.
+
+Primary keys (TPC-H section 1.4): `orders(o_orderkey)`, `lineitem(l_orderkey, l_linenumber)`,
+`customer(c_custkey)`.
 """
 
 from __future__ import annotations
@@ -57,10 +61,14 @@ log = logging.getLogger(__name__)
 
 ORDERS = "orders"
 LINEITEM = "lineitem"
+CUSTOMER = "customer"
 TABLES = (ORDERS, LINEITEM)
+"""The tables the refreshes change (loaded by default)."""
+LOADABLE = (*TABLES, CUSTOMER)
 PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     ORDERS: ("o_orderkey",),
     LINEITEM: ("l_orderkey", "l_linenumber"),
+    CUSTOMER: ("c_custkey",),
 }
 """The tables' primary keys, as a job's `primary_key` must declare them."""
 
@@ -103,6 +111,10 @@ class TpchTables:
     def lineitem(self) -> str:
         return os.path.join(self.root, LINEITEM)
 
+    @property
+    def customer(self) -> str:
+        return os.path.join(self.root, CUSTOMER)
+
     def path(self, table: str) -> str:
         return os.path.join(self.root, table)
 
@@ -140,9 +152,9 @@ def generate_parquet(
 ) -> dict[str, list[str]]:
     """Run tpchgen-cli into `out_dir`; returns each table's Parquet files, in part order."""
     _check_scale_factor(scale_factor)
-    unknown = sorted(set(tables) - set(TABLES))
+    unknown = sorted(set(tables) - set(LOADABLE))
     if unknown:
-        raise BackfillConfigError(f"unknown TPC-H table(s) {unknown}; choose from {list(TABLES)}.")
+        raise BackfillConfigError(f"unknown TPC-H table(s) {unknown}; choose from {list(LOADABLE)}.")
     command = [
         tpchgen_executable(), "parquet", "--scale-factor", str(scale_factor), "--tables", ",".join(tables),
         "--parts", str(parts), "--output-dir", out_dir, "--quiet", "--no-progress",
@@ -165,7 +177,8 @@ def _part_number(name: str) -> int:
 def load_tpch(
     root: str, scale_factor: float, *, files: int = DEFAULT_FILES, tables: Sequence[str] = TABLES
 ) -> TpchTables:
-    """Generate TPC-H at `scale_factor` and create `<root>/orders` and `<root>/lineitem`.
+    """Generate TPC-H at `scale_factor` and create `<root>/orders` and `<root>/lineitem`
+    (or the `tables` asked for, `customer` among them).
 
     Each table is created in one commit (version 0) with the Change Data Feed on,
     unpartitioned, in about `files` data files. Existing tables are refused.
@@ -412,13 +425,15 @@ def _comment(rng: random.Random, shortest: int, longest: int) -> str:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_backfill.tpch",
-        description="Create TPC-H orders/lineitem upstream Delta tables and run refreshes on them.",
+        description="Create TPC-H orders/lineitem/customer upstream Delta tables and run refreshes on them.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     load = commands.add_parser("load", help="generate TPC-H with tpchgen-cli and create the Delta tables")
-    load.add_argument("--root", required=True, help="folder that receives orders/ and lineitem/")
+    load.add_argument("--root", required=True, help="folder that receives orders/, lineitem/ and customer/")
     load.add_argument("--scale-factor", type=float, default=0.01)
     load.add_argument("--files", type=int, default=DEFAULT_FILES, help="data files per table")
+    load.add_argument("--tables", default=",".join(LOADABLE),
+                      help=f"comma-separated tables to load, of {', '.join(LOADABLE)} (default: all)")
     for name, text in (("rf1", "insert new orders and their line items"),
                        ("rf2", "delete old orders and their line items")):
         command = commands.add_parser(name, help=text)
@@ -439,7 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         if args.command == "load":
-            tables = load_tpch(args.root, args.scale_factor, files=args.files)
+            tables = load_tpch(args.root, args.scale_factor, files=args.files,
+                               tables=[name.strip() for name in args.tables.split(",") if name.strip()])
             print(json.dumps(asdict(tables)))
         elif args.command in ("rf1", "rf2"):
             tables = open_tpch(args.root)

@@ -21,16 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body() -> int:
-        from airflow_backfill.engine.delta.log import check_upstream
         from airflow_backfill.engine.delta.retention import margin_warnings
-        from airflow_backfill.engine.phases.apply import current_watermark
         from airflow_backfill.engine.phases.catch_up import run_catch_up
+        from airflow_backfill.engine.phases.rounds import applied_versions
         from airflow_backfill.engine.spark_session import build_spark_session
 
         job = resolve_job(args)
         parallelism = resolve_parallelism(args, job.backfill_parallelism)
-        check_upstream(job.source)
-        margin_warnings(job.source, current_watermark(job))
+        for uri, version in applied_versions(job):  # checks the upstreams and the MV first
+            margin_warnings(uri, version)
         spark = build_spark_session(f"airflow_backfill:{job.name}:catch_up", parallelism)
         try:
             run_catch_up(spark, job, parallelism=parallelism)

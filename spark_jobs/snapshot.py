@@ -1,11 +1,16 @@
 """spark-submit entry point of the snapshot phase.
 
-    spark-submit spark_jobs/snapshot.py --job JOB.yaml [--epoch N] [--parallelism N]
+    spark-submit spark_jobs/snapshot.py --job JOB.yaml [--epoch N | --epochs VERSIONS] [--parallelism N]
+
+A join's `--epochs` names every upstream's version, as `orders=5,lineitem=7` (what the
+snapshot task passes: its logged command pastes into a shell as it is) or as a JSON
+object, `'{"orders": 5, "lineitem": 7}'`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 
@@ -18,12 +23,16 @@ class SnapshotArgs:
     job: argparse.Namespace
     epoch: int | None
     chunk_bytes: int
+    epochs: dict[str, int] | None = None
 
 
 def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     parser = argparse.ArgumentParser(prog="snapshot", description=__doc__)
     job_arguments(parser)
-    parser.add_argument("--epoch", type=int, help="upstream version to pin (default: latest)")
+    pinned = parser.add_mutually_exclusive_group()
+    pinned.add_argument("--epoch", type=int, help="upstream version to pin (default: latest)")
+    pinned.add_argument("--epochs", help='a join\'s upstream versions to pin: orders=5,lineitem=7 or the JSON '
+                        '{"orders": 5, "lineitem": 7}')
     parser.add_argument(
         "--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES,
         help="upstream bytes per snapshot chunk, the unit of progress and resumption",
@@ -31,7 +40,26 @@ def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     args = parser.parse_args(argv)
     if args.chunk_bytes < 1:
         parser.error("--chunk-bytes must be a positive integer")
-    return SnapshotArgs(job=args, epoch=args.epoch, chunk_bytes=args.chunk_bytes)
+    return SnapshotArgs(job=args, epoch=args.epoch, chunk_bytes=args.chunk_bytes,
+                        epochs=None if args.epochs is None else _versions(parser, args.epochs))
+
+
+def _versions(parser: argparse.ArgumentParser, text: str) -> dict[str, int]:
+    value: object
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+    else:
+        pairs = [pair.partition("=") for pair in text.split(",")]
+        value = {name.strip(): int(version) if version.strip().isdigit() else None
+                 for name, equals, version in pairs if equals} if all(equals for _, equals, _ in pairs) else None
+    if not isinstance(value, dict) or not value or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value.values()):
+        parser.error(f"--epochs must name each upstream's version, e.g. orders=5,lineitem=7 or "
+                     f"{{\"orders\": 5, \"lineitem\": 7}}, got {text!r}")
+    return {str(name): int(version) for name, version in value.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,11 +73,13 @@ def main(argv: list[str] | None = None) -> int:
 
         job = resolve_job(args.job)
         parallelism = resolve_parallelism(args.job, job.backfill_parallelism)
-        check_upstream(job.source)
-        retention_warnings(job.source, parallelism)
+        for upstream in job.upstreams:
+            check_upstream(upstream.table)
+            retention_warnings(upstream.table, parallelism)
         spark = build_spark_session(f"airflow_backfill:{job.name}:snapshot", parallelism)
         try:
-            run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism, chunk_bytes=args.chunk_bytes)
+            run_snapshot(spark, job, epoch=args.epoch, parallelism=parallelism, chunk_bytes=args.chunk_bytes,
+                         epochs=args.epochs)
         finally:
             spark.stop()
         return 0

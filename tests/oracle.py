@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import decimal
+import json
 import math
 import os
 import string
@@ -292,6 +293,77 @@ def assert_every_commit_matches(
         )
         previous = watermark
         checked += 1
+    if not checked:
+        raise AssertionError(f"MV {target} has no version with a watermark for app id {app_id!r}")
+    return checked
+
+
+# ---- joins: one recorded version per upstream -------------------------------------------
+
+
+def expected_join_rows(upstreams: dict[str, str], versions: dict[str, int], query: str) -> pa.Table:
+    """The join MV query evaluated by DuckDB with each upstream (by its name in the job's
+    `sources`) as of its own version."""
+    duckdb_sql = sqlglot.transpile(query, read="spark", write="duckdb")
+    if len(duckdb_sql) != 1:
+        raise ValueError(f"expected exactly one SQL statement, got {len(duckdb_sql)}: {query!r}")
+    connection = duckdb.connect()
+    try:
+        connection.execute("SET TimeZone = 'UTC'")
+        for name, uri in upstreams.items():
+            connection.register(name, upstream_rows(uri, versions[name]))
+        return pa.table(connection.sql(duckdb_sql[0]).to_arrow_table())
+    finally:
+        connection.close()
+
+
+def mv_vector(target: str, app_id: str, mv_version: int) -> dict[str, int] | None:
+    """The upstream versions MV version `mv_version` reflects: the vector in the commit
+    metadata of the newest commit up to it that carries one, checked against the app
+    transaction (which must be the vector's sum). None before the first watermark."""
+    watermark = mv_watermark(target, app_id, mv_version)
+    if watermark is None:
+        return None
+    for entry in DeltaTable(target).history():  # newest first
+        if entry["version"] > mv_version:
+            continue
+        text = json.loads(entry.get("userMetadata") or "{}").get("airflow_backfill.watermarks")
+        if text is not None:
+            vector = {name: int(version) for name, version in json.loads(text).items()}
+            if sum(vector.values()) != watermark:
+                raise AssertionError(
+                    f"MV {target} version {mv_version}: vector {vector} does not sum to its app transaction "
+                    f"{watermark}"
+                )
+            return vector
+    raise AssertionError(f"MV {target} version {mv_version} has a watermark but no recorded vector")
+
+
+def assert_every_join_commit_matches(
+    upstreams: dict[str, str], target: str, query: str, app_id: str, key: Sequence[str] | None = None
+) -> list[dict[str, int]]:
+    """Check every MV version against the query over each upstream as of its recorded
+    version; no upstream's version may ever move back. Returns the vectors checked."""
+    latest = DeltaTable(target).version()
+    previous: dict[str, int] | None = None
+    checked: list[dict[str, int]] = []
+    for mv_version in range(latest + 1):
+        vector = mv_vector(target, app_id, mv_version)
+        if vector is None and previous is None:
+            continue  # a snapshot's chunks
+        if vector is None:
+            raise AssertionError(f"MV {target} version {mv_version} has no watermark for app id {app_id!r}")
+        if sorted(vector) != sorted(upstreams):
+            raise AssertionError(f"MV {target} version {mv_version} records {vector}, not one version per upstream")
+        if previous is not None and any(vector[name] < previous[name] for name in vector):
+            raise AssertionError(f"MV {target}: an upstream's version moved back from {previous} to {vector} "
+                                 f"at MV version {mv_version}")
+        assert_rows_match(
+            expected_join_rows(upstreams, vector, query), mv_rows(target, mv_version), key=key,
+            context=f"MV {target} at version {mv_version} (versions {vector})",
+        )
+        previous = vector
+        checked.append(vector)
     if not checked:
         raise AssertionError(f"MV {target} has no version with a watermark for app id {app_id!r}")
     return checked

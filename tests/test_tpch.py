@@ -159,3 +159,17 @@ def test_command_line_loads_and_refreshes(tmp_path: Path, capsys: pytest.Capture
     assert DeltaTable(tpch.open_tpch(root).lineitem).version() == 4
     assert '"kind": "RF2"' in capsys.readouterr().out
     assert tpch.main(["load", "--root", root]) == 2
+
+
+def test_customer_loads_for_joins_with_a_key_for_every_order(tmp_path: Path, loaded: tpch.TpchTables) -> None:
+    from airflow_backfill.tpch import main
+
+    root = tmp_path / "tpch"
+    assert main(["load", "--root", str(root), "--scale-factor", str(SCALE_FACTOR), "--tables", "customer"]) == 0
+    customers = tpch.TpchTables(str(root), SCALE_FACTOR).customer
+    assert check_upstream(customers).version == 0
+    keys = _rows(customers, list(tpch.PRIMARY_KEYS[tpch.CUSTOMER]))["c_custkey"]
+    assert pc.count_distinct(keys).as_py() == len(keys) == round(SCALE_FACTOR * 150_000)
+    assert set(_rows(loaded.orders, ["o_custkey"])["o_custkey"].to_pylist()) <= set(keys.to_pylist())
+    with pytest.raises(BackfillConfigError, match="unknown TPC-H table"):
+        tpch.load_tpch(str(tmp_path / "y"), SCALE_FACTOR, tables=["nation"])

@@ -236,7 +236,8 @@ class SafePoint:
 
 def next_safe_point(job: BackfillJob) -> SafePoint:
     """When an override applies: next snapshot chunk, next catch-up round, or later."""
-    from airflow_backfill.engine.delta.log import latest_version, read_watermark, table_exists
+    from airflow_backfill.engine.delta.log import read_watermark
+    from airflow_backfill.engine.joins.watermarks import latest_epoch
     from airflow_backfill.engine.phases.snapshot_progress import load_progress
 
     state = job_state.read_state(job.target)
@@ -272,7 +273,8 @@ def next_safe_point(job: BackfillJob) -> SafePoint:
         ))
     if phase == job_state.PHASE_CATCH_UP:
         rounds = len(state.get("catch_up_rounds") or [])
-        pending = latest_version(job.source) - watermark if table_exists(job.source) else None
+        latest = latest_epoch(job)
+        pending = None if latest is None else latest - watermark
         return SafePoint(phase, False, (
             f"applies at the next catch-up round of job {job.name} (currently in phase "
             f"{phase}, round {rounds + 1}, {'-' if pending is None else pending} pending epochs)"

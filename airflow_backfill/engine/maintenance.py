@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.delta.log import table_exists
+from airflow_backfill.engine.joins.rounds import join_plan
 from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.job import validate_optional_cap
@@ -59,7 +60,7 @@ def maintain_mv(
     from delta.tables import DeltaTable
 
     started = time.monotonic()
-    plan = plan_query(job.query, job.primary_key)
+    plan = join_plan(job).flat if job.is_join else plan_query(job.query, job.primary_key)
     tables = [job.target] + ([state_uri(job.target)] if plan.aggregate is not None else [])
     with writer_lock(job.target, job.name, PHASE_MAINTENANCE), _largest_file(spark, max_file_size):
         before = after = 0

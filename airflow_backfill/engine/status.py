@@ -25,6 +25,7 @@ from airflow_backfill.engine.delta.log import (
     read_watermark,
     table_exists,
 )
+from airflow_backfill.engine.joins.watermarks import committed_vector, latest_epoch
 from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, load_progress
 
 if TYPE_CHECKING:
@@ -104,6 +105,9 @@ class JobStatus:
     """One entry per catch-up round: pending epochs, seconds behind, parallelism, rate limit."""
     commits: list[dict[str, Any]] = field(default_factory=list)
     """The MV's latest commits, newest first: version, timestamp, phase, epoch, parallelism."""
+    upstreams: list[dict[str, Any]] = field(default_factory=list)
+    """Per upstream: name, table, latest version, the version the MV reflects, pending
+    epochs and lag seconds. For a join the single numbers above are sums over these."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,20 +115,22 @@ class JobStatus:
 
 def job_status(job: BackfillJob) -> JobStatus:
     """Collect the job's status from the Delta logs and the state files."""
-    upstream_version = latest_version(job.source) if table_exists(job.source) else None
+    upstream_version = latest_epoch(job)
     watermark = read_watermark(job.target, job.app_id)
     mv_version = None
     if table_exists(job.target):
         mv_version = delta_table(job.target).version()
+    upstreams = _upstream_lags(job, watermark)
     pending = lag_seconds = None
     if upstream_version is not None and watermark is not None:
         pending = max(0, upstream_version - watermark)
-        lag_seconds = _lag_seconds(job.source, watermark, upstream_version)
+        seconds = [entry["lag_seconds"] for entry in upstreams]
+        lag_seconds = None if None in seconds else max(seconds, default=0.0)
     progress = job_state.read_state(job.target)
     overrides = read_overrides(job.target)
     return JobStatus(
         job_name=job.name,
-        source=job.source,
+        source=job.source or ", ".join(upstream.table for upstream in job.upstreams),
         target=job.target,
         phase=progress.get("phase"),
         state=progress.get("state") or STATE_NOT_STARTED,
@@ -140,7 +146,26 @@ def job_status(job: BackfillJob) -> JobStatus:
         control=_control_status(job, overrides, progress),
         catch_up_rounds=list(progress.get("catch_up_rounds") or []),
         commits=mv_commits(job.target) if mv_version is not None else [],
+        upstreams=upstreams,
     )
+
+
+def _upstream_lags(job: BackfillJob, watermark: int | None) -> list[dict[str, Any]]:
+    """Each upstream's latest version, the version the MV reflects and the lag between."""
+    applied: dict[str, int] | None = None
+    if watermark is not None:
+        applied = committed_vector(job) if job.is_join else {job.upstreams[0].name: watermark}
+    entries = []
+    for upstream in job.upstreams:
+        latest = latest_version(upstream.table) if table_exists(upstream.table) else None
+        version = None if applied is None else applied[upstream.name]
+        entry: dict[str, Any] = {"name": upstream.name, "table": upstream.table, "upstream_version": latest,
+                                 "watermark": version, "pending_epochs": None, "lag_seconds": None}
+        if latest is not None and version is not None:
+            entry.update(pending_epochs=max(0, latest - version),
+                         lag_seconds=_lag_seconds(upstream.table, version, latest))
+        entries.append(entry)
+    return entries
 
 
 def _lag_seconds(source: str, watermark: int, upstream_version: int) -> float | None:
@@ -281,6 +306,13 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
         f"pending epochs  {_or_dash(status.pending_epochs)}",
         f"lag seconds     {_or_dash(status.lag_seconds)}",
     ]
+    if len(status.upstreams) > 1:
+        for entry in status.upstreams:
+            lines.append(
+                f"upstream        {entry['name']}: version {_or_dash(entry['upstream_version'])}, watermark "
+                f"{_or_dash(entry['watermark'])}, pending {_or_dash(entry['pending_epochs'])}, lag seconds "
+                f"{_or_dash(entry['lag_seconds'])}"
+            )
     if status.upstream_version is None:
         lines.append("note            the upstream table does not exist yet")
     if status.watermark is None:

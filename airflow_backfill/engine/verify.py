@@ -99,17 +99,11 @@ def verify_mv(
     spark: SparkSession, job: BackfillJob, *, key_ranges: int = DEFAULT_KEY_RANGES, show: int = 5
 ) -> VerifyReport:
     """Compare the MV's latest version with the query on the upstream at its watermark."""
-    from airflow_backfill.engine.planning.query import plan_query
-
-    plan = plan_query(job.query, job.primary_key)
     mv_version, watermark = mv_version_and_watermark(job)
-    log.info("verifying MV %s version %s against %s as of epoch %s", job.target, mv_version, job.source, watermark)
-    upstream = spark.read.format("delta").option("versionAsOf", watermark).load(job.source)
-    upstream.createOrReplaceTempView("source")
+    key = list(_bind_upstreams(spark, job, mv_version, watermark))
     expected = spark.sql(job.query)
     columns = expected.columns
     actual = spark.read.format("delta").option("versionAsOf", mv_version).load(job.target).select(*columns)
-    key = list(plan.mv_key)
     expected_ranges = _range_checksums(_bucketed(expected, key, columns, key_ranges))
     actual_ranges = _range_checksums(_bucketed(actual, key, columns, key_ranges))
     differing = _differing_ranges(expected_ranges, actual_ranges)
@@ -122,6 +116,30 @@ def verify_mv(
         actual_rows=sum(rows for rows, _ in actual_ranges.values()),
         key_ranges=key_ranges, differing_ranges=len(differing), differences=differences,
     )
+
+
+def _bind_upstreams(spark: SparkSession, job: BackfillJob, mv_version: int, watermark: int) -> tuple[str, ...]:
+    """Bind each upstream, as of the version MV version `mv_version` reflects, to the name
+    the query reads it by; returns the MV key."""
+    from airflow_backfill.engine.planning.query import plan_query
+
+    if job.is_join:
+        from airflow_backfill.engine.joins.rounds import join_plan
+        from airflow_backfill.engine.joins.watermarks import table_vector
+
+        vector = table_vector(job.target, job.app_id, [u.name for u in job.upstreams], up_to=mv_version)
+        assert vector is not None  # the MV has a watermark
+        versions = {upstream.table: vector[upstream.name] for upstream in job.upstreams}
+        mv_key = join_plan(job, vector).mv_key
+    else:
+        versions = {job.source: watermark}
+        mv_key = plan_query(job.query, job.primary_key).mv_key
+    for upstream in job.upstreams:
+        log.info("verifying MV %s version %s against %s as of version %s", job.target, mv_version, upstream.table,
+                 versions[upstream.table])
+        spark.read.format("delta").option("versionAsOf", versions[upstream.table]).load(upstream.table) \
+            .createOrReplaceTempView(upstream.name)
+    return mv_key
 
 
 def _normalised(frame: DataFrame, column: str) -> Column:

@@ -7,6 +7,7 @@ task log, and works in the triggerer's event loop (through a thread).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,10 +23,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Lag:
-    """How far the MV trails its upstream, in epochs (Delta versions)."""
+    """How far the MV trails its upstream, in epochs (Delta versions). For a join both
+    numbers are sums over its upstreams (the scale of its app transaction) and
+    `upstream_lags` splits the pending epochs by upstream."""
 
     upstream_version: int
     watermark: int | None
+    upstream_lags: dict[str, int] | None = None
+    """A join's pending epochs per upstream (None for one upstream, or before the MV exists)."""
 
     @property
     def pending_epochs(self) -> int | None:
@@ -36,15 +41,17 @@ class Lag:
 
 
 class DeltaBackfillHook(BaseHook):
-    """Delta-log reads for one job's upstream and MV.
+    """Delta-log reads for one job's upstream (or a join's upstreams) and MV.
 
-    Local tables need no connection; tables on S3 are read with the credentials of
+    `source` is the upstream's URI, or for a join a mapping of each upstream's name to
+    its URI. Local tables need no connection; tables on S3 are read with the credentials of
     `aws_conn_id` (an `aws` connection), or of the process's AWS_* environment without one.
     """
 
     hook_name = "Airflow Backfill (Delta logs)"
 
-    def __init__(self, source: str, target: str, app_id: str, aws_conn_id: str | None = None) -> None:
+    def __init__(self, source: str | Mapping[str, str], target: str, app_id: str,
+                 aws_conn_id: str | None = None) -> None:
         super().__init__()
         self.source = source
         self.target = target
@@ -54,7 +61,16 @@ class DeltaBackfillHook(BaseHook):
 
     @classmethod
     def for_job(cls, job: BackfillJob) -> DeltaBackfillHook:
-        return cls(job.source, job.target, job.app_id, job.aws_conn_id)
+        return cls(job_source(job), job.target, job.app_id, job.aws_conn_id)
+
+    @property
+    def is_join(self) -> bool:
+        return isinstance(self.source, Mapping)
+
+    @property
+    def upstreams(self) -> dict[str, str]:
+        """Each upstream's URI by its name (`source` for one upstream)."""
+        return dict(self.source) if isinstance(self.source, Mapping) else {"source": self.source}
 
     def s3_settings(self) -> S3Settings | None:
         """The S3 settings of `aws_conn_id` (None without one)."""
@@ -73,36 +89,78 @@ class DeltaBackfillHook(BaseHook):
 
         settings = self.s3_settings()
         if settings is not None:
-            for uri in (self.source, self.target):
+            for uri in (*self.upstreams.values(), self.target):
                 if is_object_store(uri):
                     register_settings(uri, settings)
         self._storage_ready = True
 
     def check_upstream(self, version: int | None = None) -> int:
-        """Validate the upstream (exists, Change Data Feed on, readable) and return its version."""
+        """Validate the upstream (exists, Change Data Feed on, readable) and return its version
+        (a join: every upstream at its latest version, and the sum of their versions)."""
+        if self.is_join:
+            return sum(self.check_upstreams().values())
         from airflow_backfill.engine.delta.log import check_upstream
 
         self.register_storage()
 
-        return check_upstream(self.source, version).version
+        return check_upstream(self.upstreams["source"], version).version
+
+    def check_upstreams(self) -> dict[str, int]:
+        """Validate every upstream as `check_upstream` does; each one's latest version."""
+        from airflow_backfill.engine.delta.log import check_upstream
+
+        self.register_storage()
+        return {name: check_upstream(uri).version for name, uri in self.upstreams.items()}
 
     def upstream_version(self) -> int:
-        """The upstream's latest committed version (its newest epoch)."""
+        """The upstream's latest committed version (its newest epoch; a join: their sum)."""
+        return sum(self.upstream_versions().values())
+
+    def upstream_versions(self) -> dict[str, int]:
+        """Each upstream's latest committed version, by name."""
         from airflow_backfill.engine.delta.log import latest_version
 
         self.register_storage()
-
-        return latest_version(self.source)
+        return {name: latest_version(uri) for name, uri in self.upstreams.items()}
 
     def watermark(self) -> int | None:
-        """The upstream epoch the MV reflects, from its app transaction; None before the snapshot."""
+        """The upstream epoch the MV reflects, from its app transaction (a join: the sum of
+        its upstreams' versions); None before the snapshot."""
         from airflow_backfill.engine.delta.log import read_watermark
 
         self.register_storage()
 
         return read_watermark(self.target, self.app_id)
 
+    def watermarks(self) -> dict[str, int] | None:
+        """The version of each upstream the MV reflects, by name; None before the snapshot.
+        A join's vector is read from its latest commit and checked against the watermark."""
+        if not self.is_join:
+            watermark = self.watermark()
+            return None if watermark is None else {"source": watermark}
+        from airflow_backfill.engine.joins.watermarks import table_vector
+
+        self.register_storage()
+        return table_vector(self.target, self.app_id, list(self.upstreams))
+
     def lag(self, reference_version: int | None = None) -> Lag:
-        """The lag against `reference_version`, or against the upstream's latest version."""
-        upstream = self.upstream_version() if reference_version is None else reference_version
-        return Lag(upstream_version=upstream, watermark=self.watermark())
+        """The lag against `reference_version`, or against the upstream's latest version
+        (a join: its upstreams' latest versions, and the lag of each)."""
+        if not self.is_join:
+            upstream = self.upstream_version() if reference_version is None else reference_version
+            return Lag(upstream_version=upstream, watermark=self.watermark())
+        latest = self.upstream_versions()
+        watermarks = self.watermarks()
+        upstream = sum(latest.values()) if reference_version is None else reference_version
+        if watermarks is None:
+            return Lag(upstream_version=upstream, watermark=None)
+        lags = {name: max(0, latest[name] - version) for name, version in watermarks.items()}
+        return Lag(upstream_version=upstream, watermark=sum(watermarks.values()), upstream_lags=lags)
+
+
+def job_source(job: BackfillJob) -> str | dict[str, str]:
+    """What the hook (and the trigger) take as `source`: the upstream's URI, or for a join
+    each upstream's URI by name."""
+    if job.is_join:
+        return {upstream.name: upstream.table for upstream in job.upstreams}
+    return job.source

@@ -11,6 +11,7 @@ pushes it to XCom.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
-from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.hooks.delta import DeltaBackfillHook, job_source
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
@@ -39,7 +40,16 @@ def entry_point(phase: str) -> str:
     return spec.origin
 
 
-def _optional(value: Any, convert: type) -> Any:
+def _versions(value: Any) -> dict[str, int]:
+    """A mapping of upstream versions, as given or as its rendered JSON."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"epochs must map each upstream's name to a version, got {value!r}")
+    return {str(name): int(version) for name, version in value.items()}
+
+
+def _optional(value: Any, convert: Any) -> Any:
     """Rendered templates arrive as strings; '' and 'None' mean unset."""
     if value in (None, "", "None"):
         return None
@@ -123,7 +133,7 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
-                      self.phase, job.name, parallelism, job.source, job.target)
+                      self.phase, job.name, parallelism, job_source(job), job.target)
         super().execute(context)
         watermark = DeltaBackfillHook.for_job(job).watermark()
         self.committed_watermark = watermark
@@ -162,12 +172,15 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
         outlet_events = context.get("outlet_events")
         if outlet_events is None:
             return
+        extra: dict[str, Any] = {
+            "airflow_backfill.job": job.name, "airflow_backfill.phase": self.phase,
+            "airflow_backfill.watermark": watermark, "airflow_backfill.source": job_source(job),
+        }
+        if job.is_join:
+            extra["airflow_backfill.watermarks"] = DeltaBackfillHook.for_job(job).watermarks()
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
-                outlet_events[outlet].extra = {
-                    "airflow_backfill.job": job.name, "airflow_backfill.phase": self.phase,
-                    "airflow_backfill.watermark": watermark, "airflow_backfill.source": job.source,
-                }
+                outlet_events[outlet].extra = dict(extra)
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         """Extra XCom a phase publishes once its commit is read back."""
@@ -194,22 +207,32 @@ class SnapshotBackfillOperator(_PhaseOperator):
 
     :param epoch: the upstream version to snapshot (templated; the DAG factory passes the
         `pinned_epoch` XComArg of its pin task). Unset: the upstream's latest version.
+    :param epochs: for a join, the version of each upstream by name (templated; the DAG
+        factory passes the `pinned_epochs` XComArg). Unset: each upstream's latest version.
     :param chunk_bytes: target input bytes per resumable chunk (default 256 MiB).
     """
 
     phase = "snapshot"
     xcom_key = "snapshot_epoch"
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "epoch")
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "epoch", "epochs")
 
-    def __init__(self, *, epoch: int | str | XComArg | None = None, chunk_bytes: int | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, epoch: int | str | XComArg | None = None,
+                 epochs: Mapping[str, int] | str | XComArg | None = None, chunk_bytes: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.epoch = epoch
+        self.epochs = epochs
         self.chunk_bytes = chunk_bytes
 
     def phase_arguments(self, context: Any, overrides: Mapping[str, Any]) -> list[str]:
         arguments = []
+        epochs = _optional(self.epochs, _versions)
+        if epochs is not None:
+            # name=version pairs (upstream names are SQL identifiers): the logged command
+            # pastes into a shell as it is, as the job file does; JSON would lose its quotes
+            arguments += ["--epochs", ",".join(f"{name}={version}" for name, version in sorted(epochs.items()))]
         epoch = _optional(self.epoch, int)
-        if epoch is not None:
+        if epoch is not None and epochs is None:
             arguments += ["--epoch", str(epoch)]
         if self.chunk_bytes is not None:
             arguments += ["--chunk-bytes", str(self.chunk_bytes)]

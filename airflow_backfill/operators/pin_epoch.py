@@ -7,6 +7,10 @@ depends on what the MV already reflects:
 - no MV yet            -> snapshot, catch-up, forward (snapshot at the pinned epoch)
 - MV behind the lag    -> catch-up, forward
 - MV within the lag    -> forward only
+
+A join pins a version of every upstream: `pinned_epochs`, `upstream_versions` and
+`mv_watermarks` are mappings by upstream name, and the single-number XComs are their
+sums (the scale of the MV's app transaction, on which the lag threshold counts).
 """
 
 from __future__ import annotations
@@ -62,26 +66,48 @@ class PinEpochOperator(SerializesJob, BaseBranchOperator):
         job = self.job.with_overrides(**job_overrides(overrides))
         if overrides:
             self.log.info("this run's overrides: %s", overrides)
-        plan_query(job.query, job.primary_key)
         hook = DeltaBackfillHook.for_job(job)
-        upstream_version = hook.check_upstream()
-        watermark = hook.watermark()
+        if job.is_join:
+            from airflow_backfill.engine.joins.rounds import join_plan
+
+            versions = hook.check_upstreams()
+            join_plan(job)
+            watermarks = hook.watermarks()
+        else:
+            plan_query(job.query, job.primary_key)
+            versions = {"source": hook.check_upstream()}
+            watermark = hook.watermark()
+            watermarks = None if watermark is None else {"source": watermark}
+        upstream_version = sum(versions.values())
         ti = context["ti"]
         ti.xcom_push(key="upstream_version", value=upstream_version)
-        ti.xcom_push(key="mv_watermark", value=watermark)
-        if watermark is None:
+        ti.xcom_push(key="mv_watermark", value=None if watermarks is None else sum(watermarks.values()))
+        if job.is_join:
+            ti.xcom_push(key="upstream_versions", value=versions)
+            ti.xcom_push(key="mv_watermarks", value=watermarks)
+        uris = {upstream.name: upstream.table for upstream in job.upstreams}
+        if watermarks is None:
             unfinished = load_progress(job.target)
-            pinned = unfinished.epoch if unfinished is not None else upstream_version
+            pinned = versions
             if unfinished is not None:
-                self.log.info("an unfinished snapshot at epoch %s resumes (%s of %s chunks done)",
+                pinned = unfinished.epochs if job.is_join else {"source": unfinished.epoch}
+                self.log.info("an unfinished snapshot at %s resumes (%s of %s chunks done)",
                               pinned, len(unfinished.done), unfinished.chunks_total)
-            self.log.info("no MV yet: snapshot of %s pinned at epoch %s", job.source, pinned)
-            retention_warnings(job.source, job.backfill_parallelism)
-            ti.xcom_push(key="pinned_epoch", value=pinned)
+            self.log.info("no MV yet: snapshot of %s pinned at %s", ", ".join(uris.values()),
+                          pinned if job.is_join else f"epoch {pinned['source']}")
+            for uri in uris.values():
+                retention_warnings(uri, job.backfill_parallelism)
+            ti.xcom_push(key="pinned_epoch", value=sum(pinned.values()))
+            if job.is_join:
+                ti.xcom_push(key="pinned_epochs", value=pinned)
             return [self.snapshot_task_id, self.catch_up_task_id, self.forward_task_id]
+        watermark = sum(watermarks.values())
         pending = upstream_version - watermark
         ti.xcom_push(key="pinned_epoch", value=watermark)
-        margin_warnings(job.source, watermark)
+        if job.is_join:
+            ti.xcom_push(key="pinned_epochs", value=watermarks)
+        for name, uri in uris.items():
+            margin_warnings(uri, watermarks[name])
         if pending > job.lag_threshold:
             self.log.info("MV at watermark %s, upstream at %s: %s pending epochs > threshold %s; "
                           "snapshot skipped, catch-up runs", watermark, upstream_version, pending, job.lag_threshold)

@@ -139,7 +139,9 @@ def job_view(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
         register_job_storage(known.job)
         status = job_status(known.job)
         view["status"] = json.loads(json.dumps(status.to_dict(), sort_keys=True, default=str))
-        view["lag_history"] = [
+        # A join's commits record a vector of upstream versions, which this history does not
+        # read yet: its view has no lag history; its status lists the lag per upstream.
+        view["lag_history"] = [] if known.job.is_join else [
             asdict(point) for point in lag_history(known.job.source, status.commits, status.upstream_version,
                                                    _commit_times)
         ]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import XComArg
 
-from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.hooks.delta import DeltaBackfillHook, job_source
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.sensors.deferrable import DeferrableSensor
@@ -61,13 +61,15 @@ class CaughtUpSensor(SerializesJob, DeferrableSensor):
         lag = hook.lag(self._reference())
         self.log.info("watermark %s, upstream %s, pending epochs %s (threshold %s)",
                       lag.watermark, lag.upstream_version, lag.pending_epochs, self.lag_threshold)
+        if lag.upstream_lags is not None:
+            self.log.info("pending epochs per upstream: %s", lag.upstream_lags)
         return lag.pending_epochs is not None and lag.pending_epochs <= self.lag_threshold
 
     def make_trigger(self, deadline: float) -> BaseTrigger:
         from airflow_backfill.triggers.lag import CaughtUpTrigger  # only where a task defers
 
         return CaughtUpTrigger(
-            source=self.job.source, target=self.job.target, app_id=self.job.app_id, aws_conn_id=self.job.aws_conn_id,
+            source=job_source(self.job), target=self.job.target, app_id=self.job.app_id, aws_conn_id=self.job.aws_conn_id,
             lag_threshold=self.lag_threshold, poll_interval=self.trigger_poll_interval,
             reference_version=self._reference(), deadline=deadline,
         )

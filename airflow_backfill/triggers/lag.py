@@ -22,6 +22,8 @@ class CaughtUpTrigger(PollingTrigger):
     Pending epochs are counted against `reference_version` when given (the upstream
     version at which catch-up handed over), else against the upstream's latest version.
 
+    :param source: the upstream's URI, or for a join each upstream's URI by name (its
+        events then count epochs as sums over the upstreams and add `upstream_lags`).
     :param deadline: a POSIX timestamp (seconds) after which the trigger reports
         `timeout`; None waits without a deadline.
     :param aws_conn_id: the job's `aws` connection, for tables on S3 (read in the triggerer).
@@ -29,7 +31,7 @@ class CaughtUpTrigger(PollingTrigger):
 
     def __init__(
         self,
-        source: str,
+        source: str | dict[str, str],
         target: str,
         app_id: str,
         lag_threshold: int,
@@ -68,7 +70,10 @@ class CaughtUpTrigger(PollingTrigger):
     def check(self) -> Poll:
         lag = DeltaBackfillHook(self.source, self.target, self.app_id, self.aws_conn_id).lag(self.reference_version)
         pending = lag.pending_epochs
-        facts = {"watermark": lag.watermark, "upstream_version": lag.upstream_version, "pending_epochs": pending}
+        facts: dict[str, Any] = {"watermark": lag.watermark, "upstream_version": lag.upstream_version,
+                                 "pending_epochs": pending}
+        if lag.upstream_lags is not None:
+            facts["upstream_lags"] = lag.upstream_lags
         if pending is not None and pending <= self.lag_threshold:
             return Poll(True, f"MV {self.target} caught up: watermark {lag.watermark}, pending epochs {pending}",
                         facts)

@@ -75,23 +75,26 @@ def rerun_in_a_shell(command: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_dags_test_builds_both_mvs_while_refreshes_commit(tmp_path):
+def airflow_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """Where the example's tables go, and the environment of an `airflow` command with a
+    private home and database reading the checkout's dags/."""
     home = tmp_path / "tables"
     env = {**os.environ, "AIRFLOW_BACKFILL_HOME": str(home),
            "AIRFLOW_HOME": str(tmp_path / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags")}
     (tmp_path / "airflow").mkdir()
     prepare_database(tmp_path / "airflow" / "airflow.db", env)
-    tables = tpch.load_tpch(str(home / "tpch"), 0.01, files=4)
-    summary, totals = load_example_jobs(home)
-    assert summary.source == tables.lineitem and totals.source == summary.target
+    return home, env
 
-    refresher = Refresher(tables)
+
+def dags_test_under_refreshes(dag_id: str, env: dict[str, str], tables: tpch.TpchTables,
+                              interval: float = 1.0) -> str:
+    """`airflow dags test dag_id` (one forward epoch, a short idle wait) while RF1 and RF2
+    alternate every `interval` seconds; its output, once it and the refreshes succeeded."""
+    refresher = Refresher(tables, interval)
     refresher.start()
     try:
-        # one forward epoch, and a short idle wait for the totals (nothing refreshes the
-        # summary while its own tasks do not run)
-        run = run_airflow("dags", "test", "example_tpch_pricing_summary", "--conf",
-                      '{"forward_max_epochs": 1, "forward_idle_timeout": 5}', env=env, timeout=900)
+        run = run_airflow("dags", "test", dag_id, "--conf", '{"forward_max_epochs": 1, "forward_idle_timeout": 5}',
+                          env=env, timeout=900)
     finally:
         refresher.stop.set()
         refresher.join(timeout=120)
@@ -100,6 +103,16 @@ def test_dags_test_builds_both_mvs_while_refreshes_commit(tmp_path):
     assert refresher.error is None, refresher.error
     kinds = {refresh.kind for refresh in refresher.refreshes}
     assert kinds == {"RF1", "RF2"}, f"the upstream was not refreshed during the run: {refresher.refreshes}"
+    return output
+
+
+def test_dags_test_builds_both_mvs_while_refreshes_commit(tmp_path):
+    home, env = airflow_environment(tmp_path)
+    tables = tpch.load_tpch(str(home / "tpch"), 0.01, files=4)
+    summary, totals = load_example_jobs(home)
+    assert summary.source == tables.lineitem and totals.source == summary.target
+    # a short idle wait for the totals: nothing refreshes the summary while its own tasks do not run
+    output = dags_test_under_refreshes("example_tpch_pricing_summary", env, tables)
 
     # More epochs than the summary's lag threshold, then its logged catch-up command by hand.
     command = logged_command(output, "catch_up", summary.name)

@@ -75,9 +75,8 @@ def recover_state_ahead(
     Returns the MV's watermark afterwards. The MV rows are recomputed from the whole
     state and diffed with the whole MV (a full outer join in Spark), paid only after a crash.
     """
-    aggregate = _aggregate(plan)
     watermark = state_watermark(job)
-    state = read_state(spark, job, _state_columns(aggregate))
+    read_state(spark, job, _state_columns(_aggregate(plan)))  # the state must fit the query
     if watermark == mv_watermark:
         return mv_watermark
     if watermark < mv_watermark:
@@ -88,15 +87,23 @@ def recover_state_ahead(
         )
     log.warning("aggregate state is at epoch %s, the MV at %s (a run stopped between the two commits): "
                 "bringing the MV up to the state", watermark, mv_watermark)
-    old_rows = spark.read.format("delta").load(job.target)
-    upstream = _upstream_struct(spark, job.source, watermark)
-    new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
-    changes = mv_changes(old_rows, new_rows, plan.mv_key)
     info = CommitInfo(phase=phase, epoch=watermark, parallelism=parallelism, rows=0,
                       extra={"recovered_from_state": "true"})
-    write_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=watermark,
-                user_metadata=info.user_metadata(job), null_safe=True)
+    bring_mv_to_state(spark, job, plan, _upstream_struct(spark, job.source, watermark), info)
     return watermark
+
+
+def bring_mv_to_state(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: StructType,
+                      info: CommitInfo) -> None:
+    """Commit the MV rows the whole state gives (`upstream`: the schema of the query's
+    `source`), as their difference with the MV, at `info.epoch`."""
+    aggregate = _aggregate(plan)
+    state = read_state(spark, job, _state_columns(aggregate))
+    old_rows = spark.read.format("delta").load(job.target)
+    new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
+    changes = mv_changes(old_rows, new_rows, plan.mv_key)
+    write_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                user_metadata=info.user_metadata(job), null_safe=True)
 
 
 def apply_aggregate_changes(
@@ -111,26 +118,40 @@ def apply_aggregate_changes(
     early = recompute_first(job, watermark, info.epoch, info.parallelism, aggregate=True)
     if early is not None:
         return 0, recompute_aggregate(spark, job, plan, info, early), early
-    state = read_state(spark, job, _state_columns(aggregate))
     feed = read_change_feed(spark, job.source, watermark, info.epoch)
     referenced = sql.row_columns(aggregate)
     columns = [c for c in feed.columns if c not in FEED_COLUMNS and c.lower() in referenced]
     signed = signed_rows(feed, columns).cache()
     try:
-        change_rows = signed.count()
-        if not change_rows:
-            _commit_watermarks_only(spark, job, state.schema, info)
-            return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
-        upstream = _upstream_columns(feed)
-        rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
-        try:
-            return (change_rows,
-                    *commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows),
-                                  recompute_at=info.epoch))
-        finally:
-            rows.unpersist()
+        return fold_signed_rows(spark, job, plan, signed, _upstream_columns(feed), info, recompute_at=info.epoch)
     finally:
         signed.unpersist()
+
+
+def fold_signed_rows(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, signed: DataFrame, upstream: StructType,
+    info: CommitInfo, *, recompute_at: int | None,
+) -> tuple[int, int, RoundPlan]:
+    """Fold signed rows of the query's `source` (its columns, typed as in `upstream`, plus
+    `__sign`) into the state and the MV, committing both at `info.epoch` through
+    `commit_round` (`recompute_at`: as there; None when the query's `source` is no single
+    table to recompute from, as for a join's flat relation).
+
+    Returns (signed rows folded, MV rows changed, the plan).
+    """
+    aggregate = _aggregate(plan)
+    state = read_state(spark, job, _state_columns(aggregate))
+    change_rows = signed.count()
+    if not change_rows:
+        _commit_watermarks_only(spark, job, state.schema, info)
+        return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
+    rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
+    try:
+        return (change_rows,
+                *commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows),
+                              recompute_at=recompute_at))
+    finally:
+        rows.unpersist()
 
 
 def commit_round(
@@ -140,8 +161,8 @@ def commit_round(
     """Write the state changes, then the MV changes, of one round (`rows`: per touched group
     its new state and MV change, `touched_groups`), each the cheapest way; or recompute
     both from the upstream as of `recompute_at` when that is cheaper (None: the upstream
-    cannot be read whole, as a Kafka topic's records cannot). Returns (MV rows changed,
-    the plan)."""
+    cannot be read whole, as a Kafka topic's records cannot, or is no single table, as a
+    join's upstreams are). Returns (MV rows changed, the plan)."""
     from pyspark.sql import functions as F
 
     if not rows.filter(F.col(sql.ROWS) < 0).limit(1).isEmpty():

@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from airflow_backfill.engine.delta.commits import CommitInfo
-    from airflow_backfill.engine.delta.log import UpstreamInfo
     from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
@@ -57,16 +56,14 @@ def chunk_query(plan: QueryPlan) -> str:
 
 
 def commit_aggregate_snapshot(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: UpstreamInfo, mv_schema: StructType,
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream_struct: StructType, mv_schema: StructType,
     info: CommitInfo,
 ) -> int:
-    """Create the state table and the MV at the snapshot's epoch; returns the MV's rows."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
+    """Create the state table and the MV at the snapshot's epoch (`upstream_struct`: the
+    schema of the query's `source`); returns the MV's rows."""
     aggregate = plan.aggregate
     if aggregate is None:
         raise TypeError("an aggregate plan is required")
-    upstream_struct = from_arrow_schema(upstream.schema)
     state_schema = analyse(spark, upstream_struct, aggregate_sql.state_sql(aggregate))
     combined = cast_to(_combine(spark, plan, upstream_struct, job.target), state_schema)
     if discard_state(job.target):

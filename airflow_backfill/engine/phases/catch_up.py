@@ -21,16 +21,8 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import BackfillSettings, effective_settings, wait_while_paused
-from airflow_backfill.engine.delta.change_feed import round_end
-from airflow_backfill.engine.delta.log import (
-    check_upstream,
-    commit_timestamp,
-    latest_version,
-    warn_if_rarely_checkpointed,
-)
 from airflow_backfill.engine.parallelism import runtime_conf_for
-from airflow_backfill.engine.phases.apply import apply_epochs, current_watermark
-from airflow_backfill.engine.planning.query import QueryPlan, plan_query
+from airflow_backfill.engine.phases.rounds import Rounds, rounds_for
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
 
@@ -82,16 +74,13 @@ def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | No
     `parallelism` (the task's --parallelism) replaces the job's backfill parallelism;
     an `alter` override replaces both, from the next round.
     """
-    plan = plan_query(job.query, job.primary_key)
-    check_upstream(job.source)
-    warn_if_rarely_checkpointed(job.source)
-    current_watermark(job)  # the MV must exist: checked before anything is written
+    upstreams = rounds_for(job, warn=True)  # plans the query, checks the upstreams and the MV
     with writer_lock(job.target, job.name, job_state.PHASE_CATCH_UP):
-        return _catch_up(spark, job, plan, parallelism)
+        return _catch_up(spark, job, upstreams, parallelism)
 
 
-def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelism: int | None) -> CatchUpResult:
-    watermark = current_watermark(job)
+def _catch_up(spark: SparkSession, job: BackfillJob, upstreams: Rounds, parallelism: int | None) -> CatchUpResult:
+    watermark = upstreams.watermark()
     settings = effective_settings(job, parallelism)
     job_state.update_state(job.target, phase=job_state.PHASE_CATCH_UP,
                            parallelism=settings.backfill_parallelism)
@@ -99,7 +88,7 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
     stalled = 0
     lowest: int | None = None
     while True:
-        latest = latest_version(job.source)
+        latest = upstreams.latest()
         pending = latest - watermark
         log.info("catch-up: watermark %s, upstream %s, pending epochs %s (threshold %s)",
                  watermark, latest, pending, job.lag_threshold)
@@ -130,9 +119,8 @@ def _catch_up(spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelis
             break
         wait_while_paused(job)
         settings = _round_settings(spark, job, parallelism, settings, len(rounds) + 1)
-        end = round_end(job.source, watermark, latest, max_epochs=settings.max_round_epochs,
-                        max_bytes=settings.max_round_bytes)
-        rounds.append(_run_round(spark, job, plan, end, pending, settings, len(rounds) + 1))
+        end = upstreams.round_end(watermark, latest, settings)
+        rounds.append(_run_round(spark, upstreams, end, pending, settings, len(rounds) + 1))
         watermark = rounds[-1].watermark
         job_state.update_state(job.target, catch_up_rounds=[asdict(r) for r in rounds], watermark=watermark,
                                parallelism=settings.backfill_parallelism)
@@ -160,28 +148,18 @@ def _round_settings(
 
 
 def _run_round(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, end: int, pending: int,
-    settings: BackfillSettings, number: int,
+    spark: SparkSession, upstreams: Rounds, end: int, pending: int, settings: BackfillSettings, number: int,
 ) -> CatchUpRound:
     """Apply the epochs up to `end` in one commit, then pace the round to the rate limit."""
     started = time.monotonic()
-    applied = apply_epochs(spark, job, plan, end, phase=job_state.PHASE_CATCH_UP,
-                           parallelism=settings.backfill_parallelism)
+    applied = upstreams.apply(spark, end, phase=job_state.PHASE_CATCH_UP, parallelism=settings.backfill_parallelism)
     change_rows = applied.change_rows if applied else 0
     reached = applied.end_version if applied else end
     paused = pace(change_rows, time.monotonic() - started, settings.rate_limit)
     return CatchUpRound(
-        round=number, pending_epochs=pending, seconds_behind=_seconds_behind(job.source, reached),
+        round=number, pending_epochs=pending, seconds_behind=upstreams.seconds_behind(reached),
         change_rows=change_rows, seconds=round(time.monotonic() - started, 3),
         parallelism=settings.backfill_parallelism, rate_limit=settings.rate_limit,
         paused_seconds=round(paused, 3), watermark=reached, plan=applied.plan if applied else "",
     )
 
-
-def _seconds_behind(source: str, watermark: int) -> float:
-    """How far the MV trails the upstream's newest commit, in seconds of commit time."""
-    newest = commit_timestamp(source, latest_version(source))
-    applied = commit_timestamp(source, watermark)
-    if newest is None or applied is None:
-        return 0.0
-    return max(0.0, (newest - applied) / 1000.0)

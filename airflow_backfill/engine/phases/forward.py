@@ -15,9 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.delta.log import check_upstream, latest_version
-from airflow_backfill.engine.phases.apply import apply_epochs, current_watermark
-from airflow_backfill.engine.planning.query import QueryPlan, plan_query
+from airflow_backfill.engine.phases.rounds import Rounds, rounds_for
 from airflow_backfill.engine.writer_lock import writer_lock
 
 if TYPE_CHECKING:
@@ -57,18 +55,16 @@ def run_forward(
     """Poll the upstream and apply new epochs until stopped or a bound is reached."""
     parallelism = parallelism or job.parallelism
     stop = stop or threading.Event()
-    plan = plan_query(job.query, job.primary_key)
-    check_upstream(job.source)
-    current_watermark(job)  # the MV must exist: checked before anything is written
+    upstreams = rounds_for(job)  # plans the query, checks the upstreams and the MV
     with writer_lock(job.target, job.name, job_state.PHASE_FORWARD):
-        return _forward(spark, job, plan, parallelism, bounds, stop)
+        return _forward(spark, job, upstreams, parallelism, bounds, stop)
 
 
 def _forward(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, parallelism: int,
+    spark: SparkSession, job: BackfillJob, upstreams: Rounds, parallelism: int,
     bounds: ForwardBounds, stop: threading.Event,
 ) -> ForwardResult:
-    start = watermark = current_watermark(job)
+    start = watermark = upstreams.watermark()
     job_state.update_state(job.target, phase=job_state.PHASE_FORWARD, state=job_state.STATE_CREATED,
                            parallelism=parallelism)
     log.info("forward from watermark %s at parallelism %s (bounds %s)", start, parallelism, bounds)
@@ -81,9 +77,9 @@ def _forward(
         if bounds.max_epochs is not None and watermark - start >= bounds.max_epochs:
             stopped_by = "max_epochs"
             break
-        latest = latest_version(job.source)
+        latest = upstreams.latest()
         if latest > watermark:
-            applied = apply_epochs(spark, job, plan, latest, phase=job_state.PHASE_FORWARD, parallelism=parallelism)
+            applied = upstreams.apply(spark, latest, phase=job_state.PHASE_FORWARD, parallelism=parallelism)
             watermark = applied.end_version if applied else latest
             commits += 1
             last_progress = time.monotonic()

@@ -24,6 +24,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -101,8 +102,17 @@ def run_snapshot(
     epoch: int | None = None,
     parallelism: int | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    epochs: Mapping[str, int] | None = None,
 ) -> SnapshotResult:
-    """Create the MV as of `epoch` (default: the upstream's latest); a no-op if it exists."""
+    """Create the MV as of `epoch` (default: the upstream's latest); a no-op if it exists.
+
+    A join's MV is created as of `epochs`, a version per upstream (default: each one's
+    latest), by `engine/joins/snapshot.py`.
+    """
+    if job.is_join:
+        from airflow_backfill.engine.joins.snapshot import run_join_snapshot
+
+        return run_join_snapshot(spark, job, epochs=epochs, parallelism=parallelism, chunk_bytes=chunk_bytes)
     plan = plan_query(job.query, job.primary_key)
     check_upstream(job.source)  # bad input fails here, before anything is written
     with writer_lock(job.target, job.name, PHASE):
@@ -113,6 +123,8 @@ def _snapshot(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, epoch: int | None,
     parallelism: int | None, chunk_bytes: int,
 ) -> SnapshotResult:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     started = time.monotonic()
     existing = read_watermark(job.target, job.app_id)
     if existing is not None:
@@ -145,17 +157,9 @@ def _snapshot(
         "snapshot of %s at epoch %s: %s chunks (%s already done), %s rows in %s files",
         job.source, upstream.version, len(chunks), len(progress.done), progress.rows_total, progress.files_total,
     )
-    run_id = uuid.uuid4().hex[:12]
-    chunks_run = 0
-    for chunk in chunks:
-        if chunk.index in progress.done:
-            continue
-        wait_while_paused(job)
-        _run_chunk(spark, job, plan, upstream, chunk, progress, run_id, parallelism)
-        chunks_run += 1
-        _log_progress(progress, started)
-        maybe_crash(PHASE, f"after_chunks={len(progress.done)}")
-    rows = _commit_snapshot(spark, job, plan, progress, upstream, output_schema)
+    chunks_run = _run_chunks(spark, job, plan, chunks, progress, parallelism, started,
+                             lambda chunk: read_files(spark, upstream, chunk))
+    rows = _commit_snapshot(spark, job, plan, progress, from_arrow_schema(upstream.schema), output_schema)
     seconds = time.monotonic() - started
     job_state.update_state(
         job.target, phase=PHASE, snapshot_epoch=upstream.version, snapshot_rows=rows,
@@ -262,13 +266,14 @@ def read_files(spark: SparkSession, upstream: UpstreamInfo, chunk: Chunk) -> Dat
 
 
 def _run_chunk(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream: UpstreamInfo, chunk: Chunk,
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, source: DataFrame, chunk: Chunk,
     progress: SnapshotProgress, run_id: str, parallelism: int | None,
 ) -> None:
-    """Query one chunk and append its output to the chunk table in one idempotent commit."""
+    """Query one chunk (`source`: its rows, bound as the query's `source`) and append its
+    output to the chunk table in one idempotent commit."""
     settings = effective_settings(job, parallelism)
     started = time.monotonic()
-    rows = apply_query(spark, read_files(spark, upstream, chunk), chunk_query(plan))
+    rows = apply_query(spark, source, chunk_query(plan))
     uri = chunk_table(job, plan)
     facts = {"chunk": str(chunk.index), "epoch": str(progress.epoch), "rows_in": str(chunk.rows),
              "parallelism": str(settings.backfill_parallelism), "run_id": run_id}
@@ -284,6 +289,25 @@ def _run_chunk(
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)
 
 
+def _run_chunks(
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, chunks: list[Chunk], progress: SnapshotProgress,
+    parallelism: int | None, started: float, source: Callable[[Chunk], DataFrame],
+) -> int:
+    """Run the chunks not done yet, in order (`source`: a chunk's rows, bound as the
+    query's `source`); returns how many ran."""
+    run_id = uuid.uuid4().hex[:12]
+    chunks_run = 0
+    for chunk in chunks:
+        if chunk.index in progress.done:
+            continue
+        wait_while_paused(job)
+        _run_chunk(spark, job, plan, source(chunk), chunk, progress, run_id, parallelism)
+        chunks_run += 1
+        _log_progress(progress, started)
+        maybe_crash(PHASE, f"after_chunks={len(progress.done)}")
+    return chunks_run
+
+
 def _log_progress(progress: SnapshotProgress, started: float) -> None:
     elapsed = time.monotonic() - started
     rate = progress.rows_done / elapsed if elapsed else 0.0
@@ -296,16 +320,20 @@ def _log_progress(progress: SnapshotProgress, started: float) -> None:
 
 
 def _commit_snapshot(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, upstream: UpstreamInfo,
-    schema: StructType,
+    spark: SparkSession, job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, source: StructType,
+    schema: StructType, metadata: Mapping[str, str] | None = None,
 ) -> int:
-    """Record watermark `E` on the MV (the commit that makes it exist for readers)."""
+    """Record watermark `E` on the MV (the commit that makes it exist for readers).
+
+    `source`: the schema of the query's `source`; `metadata`: more commit metadata (a
+    join's upstreams and vector)."""
     done = [progress.done[index] for index in sorted(progress.done)]
     parallelism = done[-1].parallelism if done else job.backfill_parallelism
-    extra = {"chunks": str(len(done)), "chunk_parallelism": ",".join(str(c.parallelism) for c in done)}
+    extra = {"chunks": str(len(done)), "chunk_parallelism": ",".join(str(c.parallelism) for c in done),
+             **(metadata or {})}
     if plan.aggregate is not None:
         info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=0, extra=extra)
-        rows = commit_aggregate_snapshot(spark, job, plan, upstream, schema, info)
+        rows = commit_aggregate_snapshot(spark, job, plan, source, schema, info)
         maybe_crash(PHASE, "after_commit")
         return rows
     rows = sum(chunk.rows_out for chunk in done)

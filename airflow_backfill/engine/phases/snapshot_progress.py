@@ -55,6 +55,8 @@ class SnapshotProgress:
     """The upstream's key was proved unique at `epoch` before the first chunk, so a resumed
     run does not read every key again. Records older than this field may hold chunks
     written before any proof: they are proved again."""
+    epochs: dict[str, int] = field(default_factory=dict)
+    """A join's pinned version of each upstream (`epoch` is their sum); empty for one upstream."""
 
     @property
     def rows_done(self) -> int:

@@ -1,0 +1,154 @@
+"""The delta rule of a join: a round's change feeds as signed rows of the join.
+
+Between the vectors `old` and `new`, the join's change telescopes over its tables in
+FROM order: J(new) - J(old) is the sum over tables i of the change when only table i
+moves from old_i to new_i while the tables before it are read at their new versions and
+the tables after it at their old ones. So each term reads one upstream's change feed.
+
+For table i with signed changes dT (+1 arriving rows, -1 leaving rows, netted per row):
+
+- every join is linear in the rows of its preserved side, so the term's rows are dT
+  joined with the other tables along the tree (`relation.walk`): for two tables R, S that
+  is dR x S@s_old + R@r_new x dS, and each other table is read only where the changed
+  join keys fall;
+- when table i is the NULL-supplying side of a LEFT JOIN, a parent row that is padded
+  because i has no match at its join key k changes too: where i's rows at k go from none
+  to some, the padded rows are retracted (-1); from some to none, they are restored
+  (+1). The count at k after the change is read from table i as of new_i (only the keys
+  the change touches), the count before is that minus the change's net at k. The
+  padded rows are the parent's rows at k extended along the tree without i's subtree.
+
+Summed, the terms are exactly the multiset change of the join's rows; WHERE and the
+projection (or an aggregate's per-group sums) are linear, so they apply to signed rows
+unchanged. See docs/joins.md for the proof and tests/test_joins.py for the checks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.delta.change_feed import read_change_feed
+from airflow_backfill.engine.joins.relation import (
+    Reader,
+    flat_schema,
+    reader,
+    restricted,
+    subtree,
+    upstream_uri,
+    walk,
+)
+from airflow_backfill.engine.phases.changes import SIGN, signed_rows
+from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.planning.join_query import LEFT, JoinPlan, flat_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from airflow_backfill.job import BackfillJob
+
+_NET, _NOW = "__net", "__now"
+
+
+@dataclass
+class JoinChanges:
+    """A round's signed join rows and what they were made from."""
+
+    rows: DataFrame
+    """Flat columns of every table plus `__sign` (lazy)."""
+    change_rows: int
+    """Netted change rows of the upstreams (what the round applied, for the rate limit)."""
+    cached: list[DataFrame]
+    """Cached intermediates, to unpersist once the round committed."""
+
+    def unpersist(self) -> None:
+        for frame in self.cached:
+            frame.unpersist()
+
+
+def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Mapping[str, int],
+                 new: Mapping[str, int]) -> JoinChanges:
+    """The signed rows by which the join's result at `new` differs from that at `old`."""
+    cached: list[DataFrame] = []
+    terms: list[DataFrame] = []
+    change_rows = 0
+    try:
+        for index, table in enumerate(plan.tables):
+            if new[table.name] == old[table.name]:
+                continue
+            versions = {t.name: (new if j < index else old)[t.name] for j, t in enumerate(plan.tables)}
+            read = reader(spark, job, plan, versions)
+            changes = _netted_changes(spark, job, plan, index, old[table.name], new[table.name])
+            cached.append(changes)
+            change_rows += changes.count()
+            terms.append(walk(plan, index, changes, read, cached=cached))
+            if table.kind == LEFT:
+                terms.append(_padding_changes(spark, job, plan, index, changes, read, new[table.name], cached))
+    except BaseException:
+        for frame in cached:
+            frame.unpersist()
+        raise
+    rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else _no_rows(spark, job, plan, new)
+    rows = rows.cache()  # an aggregate counts them, then folds them
+    return JoinChanges(rows, change_rows, [*cached, rows])
+
+
+def _netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, old: int,
+                    new: int) -> DataFrame:
+    """Table `index`'s change rows over (old, new] as flat rows with `__sign`, netted per
+    whole row: a row that left and came back, or an update of columns the query does not
+    read, cancels out before anything is joined. Cached by the caller's count."""
+    from pyspark.sql import functions as F
+
+    table = plan.tables[index]
+    feed = read_change_feed(spark, upstream_uri(job, table.name), old, new, list(table.columns))
+    columns = plan.flat_columns(index)
+    return (
+        signed_rows(feed, list(table.columns))
+        .select(*(F.col(quote(c)).alias(f) for c, f in zip(table.columns, columns, strict=True)), SIGN)
+        .groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).cast("int").alias(SIGN))
+        .filter(F.col(SIGN) != 0)
+        .cache()
+    )
+
+
+def _padding_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, changes: DataFrame,
+                     read: Reader, new_version: int, cached: list[DataFrame]) -> DataFrame:
+    """The padded rows a LEFT JOIN's NULL-supplying table `index` retracts or restores."""
+    from pyspark.sql import functions as F
+
+    table = plan.tables[index]
+    parent = table.parent
+    assert parent is not None
+    own = [flat_column(table.name, c) for _, c in table.on]
+    net = (changes.filter(functools.reduce(lambda a, b: a & b, [F.col(quote(c)).isNotNull() for c in own]))
+           .groupBy(*(quote(c) for c in own)).agg(F.sum(SIGN).alias(_NET)).cache())
+    cached.append(net)
+    read_new = reader(spark, job, plan, {table.name: new_version})
+    now_rows = restricted(read_new(index), plan, index, [c for _, c in table.on], net, own, semi_join=True,
+                          bounded=read_new.skippable(index))
+    now = now_rows.groupBy(*(quote(c) for c in own)).agg(F.count(F.lit(1)).alias(_NOW))
+    counted = net.join(now, own, "left").select(*(quote(c) for c in own), F.col(_NET),
+                                                F.coalesce(F.col(_NOW), F.lit(0)).alias(_NOW))
+    before = F.col(_NOW) - F.col(_NET)
+    sign = F.when((before == 0) & (F.col(_NOW) > 0), F.lit(-1)).when((before > 0) & (F.col(_NOW) == 0), F.lit(1))
+    flips = counted.select(*(quote(c) for c in own), sign.alias(SIGN)).filter(F.col(SIGN).isNotNull()).cache()
+    cached.append(flips)
+    parent_columns = [flat_column(plan.tables[parent].name, c) for c, _ in table.on]
+    parents = restricted(read(parent), plan, parent, [c for c, _ in table.on], flips, own, semi_join=False,
+                         bounded=read.skippable(parent))
+    signed_parents = parents.join(flips, functools.reduce(
+        lambda a, b: a & b, [F.col(quote(p)) == F.col(quote(o)) for p, o in zip(parent_columns, own, strict=True)]
+    )).drop(*own)
+    return walk(plan, parent, signed_parents, read, skip=subtree(plan, index), cached=cached)
+
+
+def _no_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> DataFrame:
+    """An empty relation with the flat columns and `__sign` (no upstream moved)."""
+    from pyspark.sql.types import IntegerType
+
+    read = reader(spark, job, plan, versions)
+    schema = flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
+    return spark.createDataFrame([], schema.add(SIGN, IntegerType()))

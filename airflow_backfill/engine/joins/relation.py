@@ -1,0 +1,172 @@
+"""Read a join's upstreams as of given versions and walk its join tree from one table.
+
+A round never joins whole upstreams: it starts from a small relation (one upstream's
+changes, or a snapshot chunk) and joins the neighbouring tables one edge at a time, each
+read only where the rows so far fall: a literal range on the joined column (Delta skips
+the files whose statistics lie outside it) and, for a round, a semi-join with the
+values themselves. Walking away from the root follows each join's own kind (INNER or
+LEFT); walking towards the root is an INNER join, since the rows being extended already
+hold the child's row, which only the parent rows it matched can carry.
+
+Rows are flat: each upstream column is named `<upstream>__<column>` (`flat_column`), so
+the relation the walk builds is the `source` of the planned flat query.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.delta.key_range import boundable
+from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.planning.join_query import INNER, JoinPlan, flat_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from airflow_backfill.job import BackfillJob
+
+def upstream_uri(job: BackfillJob, name: str) -> str:
+    return next(upstream.table for upstream in job.upstreams if upstream.name == name)
+
+
+class Reader:
+    """Reads each upstream as of its version in `versions` (Delta time travel, lazy): table
+    index -> that upstream's rows, with its own column names."""
+
+    def __init__(self, spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> None:
+        self._spark, self._job, self._plan, self._versions = spark, job, plan, dict(versions)
+        self._read: dict[int, DataFrame] = {}
+
+    def __call__(self, index: int) -> DataFrame:
+        if index not in self._read:
+            name = self._plan.tables[index].name
+            self._read[index] = self._spark.read.format("delta").option("versionAsOf", self._versions[name]) \
+                .load(upstream_uri(self._job, name))
+        return self._read[index]
+
+    def skippable(self, index: int) -> bool:
+        """Whether bounds on its join column could skip files: the upstream has several
+        (its latest version's count, from the log; one file is read whole anyway)."""
+        return len(load_table(upstream_uri(self._job, self._plan.tables[index].name)).file_uris()) > 1
+
+
+def reader(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> Reader:
+    """Reads each upstream as of its version in `versions`."""
+    return Reader(spark, job, plan, versions)
+
+
+def flat_rows(rows: DataFrame, plan: JoinPlan, index: int) -> DataFrame:
+    """The columns of table `index` a round needs, named flat."""
+    from pyspark.sql import functions as F
+
+    table = plan.tables[index]
+    return rows.select(*(F.col(quote(c)).alias(flat_column(table.name, c)) for c in table.columns))
+
+
+def flat_schema(plan: JoinPlan, schemas: Mapping[str, StructType]) -> StructType:
+    """The flat relation's schema from the upstreams' schemas (by name)."""
+    from pyspark.sql.types import StructField, StructType
+
+    fields = []
+    for table in plan.tables:
+        types = {field.name: field.dataType for field in schemas[table.name].fields}
+        fields += [StructField(flat_column(table.name, c), types[c], True) for c in table.columns]
+    return StructType(fields)
+
+
+def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], keys: DataFrame,
+               key_columns: list[str], *, semi_join: bool, bounded: bool = True) -> DataFrame:
+    """Table `index` (flat) where its `columns` equal some row of `keys` (`key_columns`, in
+    the same order): bounded by the range of the first key column when its type bounds
+    exactly (and `bounded`), then semi-joined with the keys when `semi_join`."""
+    from pyspark.sql import functions as F
+
+    renamed = [f"__key{i}" for i in range(len(key_columns))]  # the keys may be this table's own columns
+    keys = keys.select(*(F.col(quote(k)).alias(r) for k, r in zip(key_columns, renamed, strict=True)))
+    first = next(f for f in rows.schema.fields if f.name == columns[0])
+    if bounded and boundable(first.dataType):
+        bounds = keys.agg(F.min(F.col(renamed[0])), F.max(F.col(renamed[0]))).first()
+        low, high = (None, None) if bounds is None else bounds
+        column = F.col(quote(first.name))
+        if low is None:
+            rows = rows.filter(F.lit(False))
+        else:
+            rows = rows.filter((column >= F.lit(low).cast(first.dataType)) & (column <= F.lit(high).cast(first.dataType)))
+    flat = flat_rows(rows, plan, index)
+    if not semi_join:
+        return flat
+    name = plan.tables[index].name
+    # The keys are a round's (few): broadcast, the table's rows are filtered where they are
+    # read. Left to adaptive execution, both sides would be shuffled before it notices.
+    return flat.join(F.broadcast(keys), _equal([flat_column(name, c) for c in columns], renamed), "left_semi")
+
+
+def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: frozenset[int] = frozenset(),
+         semi_join: bool = True, cached: list[DataFrame] | None = None) -> DataFrame:
+    """`rows` (flat columns of table `start`, plus any carried columns) joined with every
+    other table except `skip`, along the tree. The columns of `skip` are NULL (rows in
+    which those tables are padded). Intermediate results are cached into `cached` (each
+    is read twice: for the next table's bounds and for its join). Without `semi_join` (a
+    snapshot chunk, large and not cached) only the tables next to `start` get bounds:
+    bounds further out would recompute the joins so far."""
+    current, included, queue = rows, {start}, [start]
+    while queue:
+        here = queue.pop(0)
+        for there in plan.neighbours(here):
+            if there in included or there in skip:
+                continue
+            kind, pairs = _edge(plan, here, there)
+            here_columns = [flat_column(plan.tables[here].name, c) for c, _ in pairs]
+            if cached is not None:
+                current = current.cache()
+                cached.append(current)
+            keys = current.select(*(quote(c) for c in here_columns)).distinct() if semi_join \
+                else current.select(*(quote(c) for c in here_columns))
+            other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
+                               semi_join=semi_join, bounded=(semi_join or here == start) and read.skippable(there))
+            condition = _equal(here_columns, [flat_column(plan.tables[there].name, c) for _, c in pairs])
+            current = current.join(other, condition, "inner" if kind == INNER else "left")
+            included.add(there)
+            queue.append(there)
+    return with_padded(current, plan, skip, read)
+
+
+def with_padded(rows: DataFrame, plan: JoinPlan, tables: frozenset[int], read: Reader) -> DataFrame:
+    """`rows` with NULL columns for `tables`, then every flat column in table order and
+    the carried columns last (so the terms of a round union by position and name)."""
+    from pyspark.sql import functions as F
+
+    for index in sorted(tables):
+        types = {field.name: field.dataType for field in read(index).schema.fields}
+        table = plan.tables[index]
+        rows = rows.select("*", *(F.lit(None).cast(types[c]).alias(flat_column(table.name, c)) for c in table.columns))
+    ordered = [c for i in range(len(plan.tables)) for c in plan.flat_columns(i)]
+    carried = [c for c in rows.columns if c not in set(ordered)]
+    return rows.select(*(quote(c) for c in [*ordered, *carried]))
+
+
+def subtree(plan: JoinPlan, index: int) -> frozenset[int]:
+    """Table `index` and every table joined below it."""
+    found = {index}
+    for child in plan.children(index):
+        found |= subtree(plan, child)
+    return frozenset(found)
+
+
+def _edge(plan: JoinPlan, here: int, there: int) -> tuple[str, list[tuple[str, str]]]:
+    """(join kind, [(column of `here`, column of `there`)]) of the edge between the two."""
+    if plan.tables[there].parent == here:
+        table = plan.tables[there]
+        return table.kind or INNER, [(parent, own) for parent, own in table.on]
+    return INNER, [(own, parent) for parent, own in plan.tables[here].on]
+
+
+def _equal(left: list[str], right: list[str]) -> Column:
+    from pyspark.sql import functions as F
+
+    return functools.reduce(operator.and_, [F.col(quote(a)) == F.col(quote(b)) for a, b in zip(left, right, strict=True)])

@@ -1,0 +1,191 @@
+"""Snapshot of a join MV: the join at a pinned vector, in resumable chunks.
+
+Every upstream is pinned at a version (the vector `pin_epoch` chose, else each one's
+latest) and read as of it. The chunks are those of the largest upstream among the ones
+present in every output row (the root and the tables INNER-joined to it), so every
+output row comes from exactly one chunk: each chunk's rows are joined with the other
+upstreams along the tree, each read only over the range of join keys the chunk holds
+(file skipping), and the query's output (or an aggregate's partial state) is appended
+in one idempotent commit per chunk, as a one-upstream snapshot does
+(`phases/snapshot.py`, whose chunk, progress and commit steps this reuses). The last
+commit records the vector (`watermarks`). A stateless join's MV key rests on the
+upstreams' keys: before that commit, the chunks written are proved to hold each MV key
+once (`verify_primary_key`), or removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine import job_state
+from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
+from airflow_backfill.engine.joins.relation import flat_rows, flat_schema, reader, walk
+from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
+from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
+from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
+from airflow_backfill.engine.phases.snapshot import (
+    PHASE,
+    SnapshotResult,
+    _commit_snapshot,
+    _discard_chunks,
+    _reconcile_with_log,
+    _run_chunks,
+    discard_uncreated_mv,
+    read_files,
+)
+from airflow_backfill.engine.phases.snapshot_chunks import (
+    DEFAULT_CHUNK_BYTES,
+    Chunk,
+    file_order,
+    list_data_files,
+    plan_chunks,
+)
+from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, discard_progress, load_progress
+from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.writer_lock import writer_lock
+from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
+from airflow_backfill.storage.files import exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from airflow_backfill.engine.joins.relation import Reader
+    from airflow_backfill.engine.planning.join_query import JoinPlan
+    from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
+
+def run_join_snapshot(
+    spark: SparkSession, job: BackfillJob, *, epochs: Mapping[str, int] | None = None,
+    parallelism: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> SnapshotResult:
+    """Create the join MV as of `epochs` (default: every upstream's latest); a no-op if it exists."""
+    if epochs is not None and sorted(epochs) != sorted(u.name for u in job.upstreams):
+        raise UnsupportedQueryError(
+            f"the pinned versions name {sorted(epochs)}, but the job's sources are "
+            f"{sorted(u.name for u in job.upstreams)}; pin a version of each."
+        )
+    check_upstreams(job, epochs)  # bad input fails here, before anything is written
+    join_plan(job, epochs)
+    with writer_lock(job.target, job.name, PHASE):
+        return _snapshot(spark, job, epochs, parallelism, chunk_bytes)
+
+
+def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] | None, parallelism: int | None,
+              chunk_bytes: int) -> SnapshotResult:
+    started = time.monotonic()
+    existing = committed_vector(job)
+    if existing is not None:
+        log.info("MV %s already exists at versions %s: snapshot skipped", job.target, existing)
+        return SnapshotResult(vector_sum(existing), 0, True, time.monotonic() - started)
+    vector, progress = _pin(job, epochs)
+    plan = join_plan(job, vector)
+    read = reader(spark, job, plan, vector)
+    source = flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
+    output_schema = _mv_schema(spark, plan, source)
+    upstreams = {u.name: check_upstream(u.table, vector[u.name]) for u in job.upstreams}
+    chunked = _chunked_table(plan, upstreams)
+    info = upstreams[plan.tables[chunked].name]
+    upstream_files = list_data_files(info.uri, info.version, plan.tables[chunked].primary_key[0])
+    chunks = plan_chunks(upstream_files, chunk_bytes)
+    if info.deletion_vectors and len(chunks) > 1:
+        chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
+    order = file_order(upstream_files)
+    if progress is None or progress.chunks_total != len(chunks) or progress.file_order != order:
+        _discard_chunks(job, plan.flat)
+        progress = SnapshotProgress(
+            epoch=vector_sum(vector), chunks_total=len(chunks), rows_total=sum(c.rows for c in chunks),
+            files_total=sum(len(c.files) for c in chunks), bytes_total=sum(c.size for c in chunks),
+            file_order=order, epochs=dict(vector),
+        )
+    _reconcile_with_log(job, plan.flat, progress, chunks)
+    job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING,
+                           pinned_epoch=vector_sum(vector), pinned_epochs=vector)
+    log.info("snapshot of the join at versions %s: %s chunks of %s (%s already done), %s rows in %s files",
+             vector, len(chunks), plan.tables[chunked].name, len(progress.done), progress.rows_total,
+             progress.files_total)
+    chunks_run = _run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
+                             lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked))
+    _prove_mv_key(spark, job, plan, vector)
+    rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema, vector_metadata(job, vector))
+    seconds = time.monotonic() - started
+    job_state.update_state(job.target, phase=PHASE, snapshot_epoch=vector_sum(vector), snapshot_epochs=vector,
+                           snapshot_rows=rows_out, snapshot_seconds=round(seconds, 3))
+    log.info("snapshot done: %s rows at versions %s in %.1fs", rows_out, vector, seconds)
+    return SnapshotResult(vector_sum(vector), rows_out, False, seconds, chunks_run)
+
+
+def _pin(job: BackfillJob, epochs: Mapping[str, int] | None) -> tuple[Vector, SnapshotProgress | None]:
+    """The vector to snapshot: an unfinished snapshot's wins, so its chunks are reused."""
+    progress = load_progress(job.target)
+    if progress is not None:
+        if sorted(progress.epochs) == sorted(u.name for u in job.upstreams):
+            if epochs is not None and dict(epochs) != progress.epochs:
+                log.info("resuming the unfinished snapshot at versions %s instead of starting one at %s; "
+                         "catch-up covers the versions in between", progress.epochs, dict(epochs))
+            try:
+                return check_upstreams(job, progress.epochs), progress
+            except BackfillError as error:
+                log.warning("cannot resume the snapshot at versions %s (%s); starting over", progress.epochs, error)
+        discard_progress(job.target)
+    return check_upstreams(job, epochs), None
+
+
+def _mv_schema(spark: SparkSession, plan: JoinPlan, source: StructType) -> StructType:
+    """The MV's schema, from Spark's analysis of the flat query (errors before any write)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        return apply_query(spark, spark.createDataFrame([], source), plan.flat.query).schema
+    except AnalysisException as error:
+        raise UnsupportedQueryError(f"Spark cannot analyse the query over the joined upstreams: {error}") from None
+
+
+def _chunked_table(plan: JoinPlan, upstreams: Mapping[str, UpstreamInfo]) -> int:
+    """The largest table present in every output row (its rows split the output)."""
+    def size(index: int) -> int:
+        info = upstreams[plan.tables[index].name]
+        return sum(f.size for f in list_data_files(info.uri, info.version))
+
+    return max(plan.core(), key=lambda index: (size(index), -index))
+
+
+def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int]) -> None:
+    """Refuse a stateless join whose chunks hold an MV key twice, before the commit that
+    would create the MV (its chunks are then removed: no MV is left behind).
+
+    The MV key rests on the upstreams' keys; proving it on the output (one shuffle of the
+    MV's key columns) covers what they must guarantee at the pinned versions, at a
+    fraction of proving every upstream's key over all of its rows. A repeated key whose
+    rows join nothing yet is caught by the round that first joins it. An aggregate's
+    signed sums need no unique key.
+    """
+    if plan.flat.aggregate is not None:
+        return
+    if not job.verify_primary_key:
+        log.info("MV key uniqueness not verified (verify_primary_key: false)")
+        return
+    if not exists(job.target):
+        return  # no chunk wrote a row
+    keys = spark.read.format("delta").load(job.target).select(*(quote(c) for c in plan.mv_key))
+    duplicate = duplicate_key(keys, plan.mv_key)
+    if duplicate is None:
+        return
+    discard_uncreated_mv(job.target)
+    discard_progress(job.target)
+    key, count = duplicate
+    held = ", ".join(f"{column}={value}" for column, value in key.items())
+    raise RepeatedKeyError(list(plan.mv_key), ", ".join(u.table for u in job.upstreams),
+                           f"the join holds MV key {held} {count} times at versions {dict(vector)}")
+
+
+def chunk_source(spark: SparkSession, plan: JoinPlan, read: Reader, info: UpstreamInfo, chunk: Chunk,
+                 chunked: int) -> DataFrame:
+    """The flat relation of one chunk: its rows joined with the other upstreams, each read
+    over the range of join keys the chunk holds."""
+    return walk(plan, chunked, flat_rows(read_files(spark, info, chunk), plan, chunked), read, semi_join=False)

@@ -1,0 +1,105 @@
+"""What catch-up and forward need from a job's upstreams, for one upstream or a join.
+
+Both phases count in one number per MV: its watermark and its upstream's latest epoch,
+whose difference is the lag. For one upstream these are Delta versions; for a join
+(`engine/joins/rounds.py`) they are the sums of its upstreams' versions, which is the
+number its app transaction records, so the lag is the sum of the upstreams' lags and a
+round that moves any upstream moves it. `rounds_for` plans the job's query and checks
+its upstreams before any round, so bad input fails before anything is written.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from airflow_backfill.engine.delta.change_feed import round_end
+from airflow_backfill.engine.delta.log import (
+    check_upstream,
+    commit_timestamp,
+    latest_version,
+    warn_if_rarely_checkpointed,
+)
+from airflow_backfill.engine.phases.apply import AppliedRange, apply_epochs, current_watermark
+from airflow_backfill.engine.planning.query import QueryPlan, plan_query
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from airflow_backfill.engine.control import BackfillSettings
+    from airflow_backfill.job import BackfillJob
+
+
+class Rounds(Protocol):
+    """The upstream side of catch-up and forward rounds."""
+
+    def watermark(self) -> int:
+        """The MV's watermark (an error when the MV does not exist)."""
+
+    def latest(self) -> int:
+        """The upstream's latest epoch, on the watermark's scale."""
+
+    def round_end(self, watermark: int, latest: int, settings: BackfillSettings) -> int:
+        """Where the next round ends under the round bounds (at least one epoch further)."""
+
+    def apply(self, spark: SparkSession, end: int, *, phase: str, parallelism: int) -> AppliedRange | None:
+        """Apply the epochs up to `end` in one round (None when there was nothing to apply)."""
+
+    def seconds_behind(self, watermark: int) -> float:
+        """How far the MV at `watermark` trails the upstream's newest commit, in seconds."""
+
+
+class UpstreamRounds:
+    """Rounds over one upstream: its versions are the epochs."""
+
+    def __init__(self, job: BackfillJob, plan: QueryPlan) -> None:
+        self.job = job
+        self.plan = plan
+
+    def watermark(self) -> int:
+        return current_watermark(self.job)
+
+    def latest(self) -> int:
+        return latest_version(self.job.source)
+
+    def round_end(self, watermark: int, latest: int, settings: BackfillSettings) -> int:
+        return round_end(self.job.source, watermark, latest, max_epochs=settings.max_round_epochs,
+                         max_bytes=settings.max_round_bytes)
+
+    def apply(self, spark: SparkSession, end: int, *, phase: str, parallelism: int) -> AppliedRange | None:
+        return apply_epochs(spark, self.job, self.plan, end, phase=phase, parallelism=parallelism)
+
+    def seconds_behind(self, watermark: int) -> float:
+        newest = commit_timestamp(self.job.source, latest_version(self.job.source))
+        applied = commit_timestamp(self.job.source, watermark)
+        if newest is None or applied is None:
+            return 0.0
+        return max(0.0, (newest - applied) / 1000.0)
+
+
+def rounds_for(job: BackfillJob, *, warn: bool = False) -> Rounds:
+    """The job's rounds, after planning its query and checking its upstreams and its MV
+    (`warn`: also warn about upstream logs that are rarely checkpointed)."""
+    if job.is_join:
+        from airflow_backfill.engine.joins.rounds import join_rounds
+
+        return join_rounds(job, warn=warn)
+    plan = plan_query(job.query, job.primary_key)
+    check_upstream(job.source)
+    if warn:
+        warn_if_rarely_checkpointed(job.source)
+    current_watermark(job)  # the MV must exist: checked before anything is written
+    return UpstreamRounds(job, plan)
+
+
+def applied_versions(job: BackfillJob) -> list[tuple[str, int]]:
+    """(URI, version the MV reflects) of each upstream, once the upstreams are checked and
+    the MV found (the errors of `rounds_for`)."""
+    if job.is_join:
+        from airflow_backfill.engine.joins.apply import current_vector
+        from airflow_backfill.engine.joins.rounds import check_upstreams
+
+        check_upstreams(job)
+        vector = current_vector(job)
+        return [(upstream.table, vector[upstream.name]) for upstream in job.upstreams]
+    check_upstream(job.source)
+    return [(job.source, current_watermark(job))]

@@ -1,0 +1,199 @@
+"""The join benchmark: TPC-H Q3 as join MVs over customer, orders and lineitem.
+
+    python bench/joins.py [--scale 1] [--repeats 3] [--output bench/join_results.json]
+
+Two MVs of Q3's join: `q3` (its revenue per order: GROUP BY over the join, the per-group
+state of docs/aggregates.md) and `q3_rows` (the line items Q3 sums, one MV row per line
+item: a stateless join keyed by lineitem's key). Loads TPC-H (customer, orders,
+lineitem) at the scale factor into a scratch folder (tpchgen-cli, nothing downloaded),
+builds one Spark session at `local[2]` with the engine's own settings, and measures,
+side by side in that session, for each MV:
+
+1. snapshot: `run_snapshot` at the loaded versions against a plain Spark job that reads
+   the three Delta tables at the same versions, runs the same query and writes Parquet;
+   warm-up runs of both first (over a scale factor 0.01 copy), then `--repeats` runs
+   alternating which goes first; ratio of the medians;
+2. catch-up: one RF1 (new orders with their line items) and one RF2 (deleted orders with
+   their line items) commit to both `orders` and `lineitem`; `run_catch_up` brings the MV
+   over those four versions, against recomputing the MV from scratch at the same
+   versions (a snapshot into a new target); one unmeasured pair first, then `--repeats`
+   pairs; ratio of the medians.
+
+Prints the figures and writes them to the JSON file (docs/benchmarks.md, "Joins").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # `python bench/joins.py` puts bench/, not the checkout, on the path
+    sys.path.insert(0, ROOT)
+
+from airflow_backfill import tpch  # noqa: E402
+from airflow_backfill.job import BackfillJob  # noqa: E402
+
+WARM_UP_SCALE_FACTOR = 0.01
+Q3_JOIN = (
+    "FROM customer, orders, lineitem WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey "
+    "AND l_orderkey = o_orderkey AND o_orderdate < DATE '1995-03-15' AND l_shipdate > DATE '1995-03-15'"
+)
+QUERIES = {
+    "q3": "SELECT l_orderkey, SUM(l_extendedprice * (1 - l_discount)) AS revenue, o_orderdate, o_shippriority "
+          f"{Q3_JOIN} GROUP BY l_orderkey, o_orderdate, o_shippriority",
+    "q3_rows": "SELECT l_orderkey, l_linenumber, l_extendedprice * (1 - l_discount) AS revenue, o_orderdate, "
+               f"o_shippriority {Q3_JOIN}",
+}
+Q3 = QUERIES["q3"]
+
+
+def q3_job(tables: tpch.TpchTables, name: str, target: str, query: str = Q3) -> BackfillJob:
+    return BackfillJob(
+        name=name, target=target, query=query, backfill_parallelism=2, lag_threshold=0,
+        sources={table: {"table": tables.path(table), "primary_key": list(tpch.PRIMARY_KEYS[table])}
+                 for table in (tpch.CUSTOMER, tpch.ORDERS, tpch.LINEITEM)},
+    )
+
+
+def versions(tables: tpch.TpchTables) -> dict[str, int]:
+    from deltalake import DeltaTable
+
+    return {table: DeltaTable(tables.path(table)).version() for table in tpch.LOADABLE}
+
+
+def plain_q3(spark: Any, tables: tpch.TpchTables, at: dict[str, int], out_dir: str, query: str = Q3) -> None:
+    """The same query as a plain Spark job: the Delta tables as of `at`, Parquet out."""
+    for table in tpch.LOADABLE:
+        spark.read.format("delta").option("versionAsOf", at[table]).load(tables.path(table)) \
+            .createOrReplaceTempView(table)
+    spark.sql(query).write.mode("overwrite").parquet(out_dir)
+
+
+def timed(function: Any, *args: Any, **kwargs: Any) -> float:
+    started = time.monotonic()
+    function(*args, **kwargs)
+    return round(time.monotonic() - started, 3)
+
+
+def snapshot_section(spark: Any, tables: tpch.TpchTables, warm: tpch.TpchTables, work: str,
+                     repeats: int, kind: str) -> dict[str, Any]:
+    from airflow_backfill.engine.phases.snapshot import run_snapshot
+
+    query = QUERIES[kind]
+    loaded = versions(tables)
+    run_snapshot(spark, q3_job(warm, f"warm_{kind}", os.path.join(work, f"warm-{kind}"), query),
+                 epochs=versions(warm))
+    plain_q3(spark, warm, versions(warm), os.path.join(work, "warm-plain"), query)
+    engine_runs: list[float] = []
+    plain_runs: list[float] = []
+    for run in range(repeats):
+        target, out_dir = os.path.join(work, f"{kind}-{run}"), os.path.join(work, f"plain-{run}")
+        job = q3_job(tables, f"{kind}_{run}", target, query)
+        sides = [("engine", lambda j=job: run_snapshot(spark, j, epochs=loaded)),
+                 ("plain", lambda o=out_dir: plain_q3(spark, tables, loaded, o, query))]
+        for side, measure in sides if run % 2 == 0 else reversed(sides):
+            (engine_runs if side == "engine" else plain_runs).append(timed(measure))
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+    engine, plain = statistics.median(engine_runs), statistics.median(plain_runs)
+    return {"engine_s": engine_runs, "plain_s": plain_runs, "engine_median_s": round(engine, 3),
+            "plain_median_s": round(plain, 3), "ratio": round(engine / plain, 2)}
+
+
+def refresh_section(spark: Any, tables: tpch.TpchTables, work: str, repeats: int, seed: int,
+                    kind: str) -> dict[str, Any]:
+    from airflow_backfill.engine.phases.catch_up import run_catch_up
+    from airflow_backfill.engine.phases.snapshot import run_snapshot
+
+    query = QUERIES[kind]
+    job = q3_job(tables, f"{kind}_refresh", os.path.join(work, f"{kind}-refresh"), query)
+    initial_s = timed(run_snapshot, spark, job)
+
+    def recompute(name: str) -> float:
+        target = os.path.join(work, name)
+        seconds = timed(run_snapshot, spark, q3_job(tables, name.replace("-", "_"), target, query),
+                        epochs=versions(tables))
+        shutil.rmtree(target, ignore_errors=True)
+        return seconds
+
+    tpch.insert_new_orders(tables, seed)
+    tpch.delete_old_orders(tables, seed)
+    run_catch_up(spark, job)  # unmeasured: the first round of this size compiles its code paths
+    recompute(f"warm-recompute-{kind}")
+    pairs = []
+    for run in range(repeats):
+        rf1 = tpch.insert_new_orders(tables, seed)
+        rf2 = tpch.delete_old_orders(tables, seed)
+        started = time.monotonic()
+        caught_up = run_catch_up(spark, job)
+        catch_up_s = round(time.monotonic() - started, 3)
+        pairs.append({"inserted_orders": rf1.orders, "inserted_lineitems": rf1.lineitems,
+                      "deleted_orders": rf2.orders, "deleted_lineitems": rf2.lineitems,
+                      "rounds": len(caught_up.rounds), "change_rows": sum(r.change_rows for r in caught_up.rounds),
+                      "catch_up_s": catch_up_s, "recompute_s": recompute(f"recompute-{kind}-{run}")})
+    catch_up = statistics.median(p["catch_up_s"] for p in pairs)
+    recomputed = statistics.median(p["recompute_s"] for p in pairs)
+    return {"initial_snapshot_s": initial_s, "pairs": pairs, "catch_up_median_s": round(catch_up, 3),
+            "recompute_median_s": round(recomputed, 3), "speedup": round(recomputed / catch_up, 2)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python bench/joins.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kinds", default=",".join(QUERIES), help=f"comma-separated MVs of {', '.join(QUERIES)}")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--output", default=os.path.join(ROOT, "bench", "join_results.json"))
+    parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one, removed)")
+    args = parser.parse_args(argv)
+    from airflow_backfill.engine.spark_session import build_spark_session
+
+    work = args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-joins-bench-")
+    try:
+        started = time.monotonic()
+        tables = tpch.load_tpch(os.path.join(work, "tpch"), args.scale, tables=tpch.LOADABLE)
+        warm = tpch.load_tpch(os.path.join(work, "tpch-warm"), min(args.scale, WARM_UP_SCALE_FACTOR),
+                              tables=tpch.LOADABLE)
+        load_s = round(time.monotonic() - started, 1)
+        spark = build_spark_session("airflow_backfill-bench-joins", parallelism=2)
+        try:
+            results: dict[str, Any] = {"scale_factor": args.scale, "parallelism": 2, "load_s": load_s,
+                                       "cpus": os.cpu_count(), "load_average_before": os.getloadavg()}
+            for kind in (k for k in args.kinds.split(",") if k):
+                results[kind] = {
+                    "snapshot": snapshot_section(spark, tables, warm, work, args.repeats, kind),
+                    "refresh": refresh_section(spark, tables, work, args.repeats, args.seed, kind),
+                }
+            results["load_average_after"] = os.getloadavg()
+        finally:
+            spark.stop()
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    previous = {}
+    if os.path.exists(args.output):
+        with open(args.output) as handle:
+            previous = json.load(handle)
+    previous[f"sf{args.scale:g}"] = results
+    with open(args.output, "w") as handle:
+        json.dump(previous, handle, indent=1, sort_keys=True)
+    for kind in QUERIES:
+        if kind in results:
+            snapshot, refresh = results[kind]["snapshot"], results[kind]["refresh"]
+            print(f"scale factor {args.scale:g}, {kind}: snapshot {snapshot['engine_median_s']}s vs plain Spark "
+                  f"{snapshot['plain_median_s']}s (x{snapshot['ratio']}); RF1+RF2 catch-up "
+                  f"{refresh['catch_up_median_s']}s vs recompute {refresh['recompute_median_s']}s "
+                  f"({refresh['speedup']}x faster)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
