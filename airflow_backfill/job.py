@@ -60,7 +60,7 @@ def validate_optional_cap(name: str, value: Any) -> int | None:
     return _positive_int(name, value, 10**15)
 
 
-ROUND_PLANS = ("auto", "incremental", "recompute")
+ROUND_PLANS = ("auto", "incremental", "recompute", "merge")
 
 
 def validate_round_plan(value: Any) -> str:
@@ -68,7 +68,7 @@ def validate_round_plan(value: Any) -> str:
     if value not in ROUND_PLANS:
         raise BackfillConfigError(
             f"round_plan must be one of {', '.join(ROUND_PLANS)}, got {value!r}; use auto unless you "
-            "want to force incremental rounds or whole recomputes."
+            "want to force incremental rounds, whole recomputes, or merges (an MV feed read by delta-rs)."
         )
     return str(value)
 
@@ -209,9 +209,10 @@ class BackfillJob:
     round_plan: str = "auto"
     """How catch-up and forward rounds apply their changes: `auto` takes the way with the
     cheapest estimate, recomputing the whole MV when that is cheaper than applying the
-    changes; `incremental` never recomputes; `recompute` always does (docs/round-plans.md).
-    A join's rounds never recompute (`recompute` is refused for one; auto and incremental
-    choose among the keyed writes)."""
+    changes; `incremental` never recomputes; `recompute` always does; `merge` writes the MV
+    only by MERGE or append, whose change feed delta-rs reads too (docs/round-plans.md).
+    A join's rounds never recompute (`recompute` is refused for one; the others choose
+    among the keyed writes)."""
     aws_conn_id: str | None = None
     """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
     tables on S3. Its credentials reach spark-submit as environment variables only."""

@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "results.json"), help="JSON result file")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer freshness epochs, sections grouped in one process per parallelism")
+                        help="fewer freshness epochs, the stateless MV alone in the submit section, sections "
+                             "grouped in one process per parallelism")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
     parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")

@@ -44,12 +44,13 @@ MV_NAME = "bench_lineitem_mv"
 """The long-lived MV that catch-up creates and forward keeps fresh."""
 SNAPSHOT_STEPS = ("mv_schema", "_run_chunk", "_prove_key", "commit_watermark_only")
 """Engine snapshot steps timed separately to say where the time goes."""
-APPLY_STEPS = ("check_schema_unchanged", "prepare", "write", "recompute_stateless", "recompute_aggregate")
+APPLY_STEPS = ("check_schema_unchanged", "_prove_upstream_key", "prepare", "write", "recompute_stateless",
+               "recompute_aggregate")
 """Steps of one catch-up round or forward commit timed separately (engine/phases/apply.py, and
 engine/aggregates/apply.py for an aggregate's state and MV): the log checks; `prepare`, which
 holds the keyed changes in memory (netting and mapping them) and reads the facts the plan
-needs; `write`, the commit in the way the plan chose (with the watermark); a recompute. The
-rest of `apply_epochs` is Spark reading the change feed (and counting it for the commit's
+needs; `write`, the commit in the way the plan chose (with the watermark); a recompute, and
+the proof of the upstream's key when a recompute skips the feed. The rest of `apply_epochs` is Spark reading the change feed (and counting it for the commit's
 metadata) and planning."""
 
 
@@ -171,12 +172,12 @@ def scaling(spark: SparkSession, settings: SectionSettings) -> dict[str, Any]:
 
 @contextmanager
 def timing_apply(timer: PhaseTimer) -> Iterator[PhaseTimer]:
-    """Time `apply_epochs` (as catch-up and forward call it) and its steps."""
+    """Time `apply_epochs` (as the rounds of catch-up and forward call it) and its steps."""
     from airflow_backfill.engine.aggregates import apply as aggregate_apply
-    from airflow_backfill.engine.phases import apply, catch_up, forward
+    from airflow_backfill.engine.phases import apply, rounds
 
     with timer.wrapping(apply, APPLY_STEPS), timer.wrapping(aggregate_apply, APPLY_STEPS), \
-            timer.wrapping(catch_up, ("apply_epochs",)), timer.wrapping(forward, ("apply_epochs",)):
+            timer.wrapping(rounds, ("apply_epochs",)):
         yield timer
 
 

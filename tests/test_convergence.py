@@ -16,7 +16,7 @@ import yaml
 from deltalake import DeltaTable
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.phases import catch_up as catch_up_module
+from airflow_backfill.engine.phases import rounds as rounds_module
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -24,6 +24,9 @@ from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import DEFAULT_MAX_STALLED_ROUNDS, BackfillJob, load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table, run_simulator
 from oracle import assert_mv_matches
+
+CATCH_UP_LOG = "airflow_backfill.engine.phases.catch_up"
+"""The logger of catch-up's warnings (the rounds it drives are in `phases/rounds.py`)."""
 
 QUERY = "SELECT order_id, customer_id, status, amount * quantity AS total FROM source WHERE status <> 'paid'"
 EPOCH = {"inserts": 15, "updates": 25, "deletes": 5}
@@ -41,7 +44,7 @@ def recorded_rounds(job: BackfillJob) -> list[dict]:
 def upstream_commits_between_rounds(monkeypatch, job: BackfillJob, rng: random.Random, epochs_after) -> list[int]:
     """Before every round after the first, commit `epochs_after(previous round's pending)`
     upstream epochs (they arrive while catch-up works). Returns the arrivals, round by round."""
-    real_latest_version = catch_up_module.latest_version
+    real_latest_version = rounds_module.latest_version
     arrivals: list[int] = []
 
     def latest_version(uri: str) -> int:
@@ -52,7 +55,7 @@ def upstream_commits_between_rounds(monkeypatch, job: BackfillJob, rng: random.R
                 commit_epoch(job.source, rng, **EPOCH)
         return real_latest_version(uri)
 
-    monkeypatch.setattr(catch_up_module, "latest_version", latest_version)
+    monkeypatch.setattr(rounds_module, "latest_version", latest_version)
     return arrivals
 
 
@@ -105,7 +108,7 @@ def test_the_lag_shrinks_every_round_while_the_upstream_keeps_committing(spark, 
     # arrive while it runs (rounded up, so it never stops writing).
     arrivals = upstream_commits_between_rounds(monkeypatch, job, rng, lambda applied: math.ceil(applied / 3))
 
-    with caplog.at_level(logging.WARNING, logger=catch_up_module.__name__):
+    with caplog.at_level(logging.WARNING, logger=CATCH_UP_LOG):
         result = run_catch_up(spark, job)
 
     pending = [r["pending_epochs"] for r in recorded_rounds(job)]
@@ -115,7 +118,7 @@ def test_the_lag_shrinks_every_round_while_the_upstream_keeps_committing(spark, 
     assert pending[1:] == arrivals[: len(pending) - 1], "a round left epochs pending at its start unapplied"
     assert_never_grows(pending)
     assert result.converged and result.pending_epochs <= job.lag_threshold
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == catch_up_module.__name__], (
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == CATCH_UP_LOG], (
         "no stall warning expected")
     assert result.watermark == snapshot.epoch + sum(pending)
     handover = job_state.read_state(job.target)["catch_up_handover_version"]
@@ -141,7 +144,7 @@ def test_the_lag_never_grows_with_a_live_simulator(spark, tables, caplog):
     ), daemon=True)
     writer.start()
     try:
-        with caplog.at_level(logging.WARNING, logger=catch_up_module.__name__):
+        with caplog.at_level(logging.WARNING, logger=CATCH_UP_LOG):
             result = run_catch_up(spark, job)
         # The upstream is still live after catch-up: it committed all along.
         deadline = time.monotonic() + 30
@@ -171,7 +174,7 @@ def test_an_upstream_faster_than_catch_up_hands_over_after_max_stalled_rounds(sp
     # The upstream writes faster than catch-up: more epochs arrive than a round applied.
     arrivals = upstream_commits_between_rounds(monkeypatch, job, rng, lambda applied: applied + 1)
 
-    with caplog.at_level(logging.WARNING, logger=catch_up_module.__name__):
+    with caplog.at_level(logging.WARNING, logger=CATCH_UP_LOG):
         result = run_catch_up(spark, job)
 
     pending = [r.pending_epochs for r in result.rounds]
@@ -181,7 +184,7 @@ def test_an_upstream_faster_than_catch_up_hands_over_after_max_stalled_rounds(sp
     assert pending[1:] == arrivals[: len(pending) - 1] and result.pending_epochs == arrivals[-1]
     assert result.pending_epochs > pending[-1] > pending[0]
     warnings = [r.getMessage() for r in caplog.records
-                if r.levelno >= logging.WARNING and r.name == catch_up_module.__name__]
+                if r.levelno >= logging.WARNING and r.name == CATCH_UP_LOG]
     assert len(warnings) == 1 and f"has not reached a new low for {job.max_stalled_rounds} rounds" in warnings[0]
     assert "nothing is lost" in warnings[0]
     state = job_state.read_state(job.target)

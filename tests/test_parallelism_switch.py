@@ -14,7 +14,7 @@ from airflow_backfill.cli import main as cli_main
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import write_overrides
 from airflow_backfill.engine.parallelism import spark_conf_for
-from airflow_backfill.engine.phases import catch_up as catch_up_module
+from airflow_backfill.engine.phases import rounds as rounds_module
 from airflow_backfill.engine.phases import snapshot as snapshot_module
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
@@ -43,18 +43,20 @@ def test_commits_before_the_hand_over_use_the_backfill_parallelism(spark, tables
     job = BackfillJob(name="switch", query=QUERY, primary_key=["order_id"], **tables,
                       backfill_parallelism=BACKFILL_PARALLELISM, parallelism=PARALLELISM, lag_threshold=0)
 
-    real_apply = catch_up_module.apply_epochs
+    real_apply = rounds_module.apply_epochs
     round_parallelisms: list[int] = []
 
     def round_with_live_upstream_and_alter(*args, **kwargs):
         applied = real_apply(*args, **kwargs)
+        if kwargs["phase"] != "catch_up":  # forward's rounds go through the same function
+            return applied
         round_parallelisms.append(kwargs["parallelism"])
         if len(round_parallelisms) == 1:  # during round 1: a new epoch arrives, an operator alters
             commit_epoch(tables["source"], rng, **EPOCH)
             write_overrides(job.target, backfill_parallelism=ALTERED_PARALLELISM)
         return applied
 
-    monkeypatch.setattr(catch_up_module, "apply_epochs", round_with_live_upstream_and_alter)
+    monkeypatch.setattr(rounds_module, "apply_epochs", round_with_live_upstream_and_alter)
 
     snapshot = run_snapshot(spark, job)
     for _ in range(3):

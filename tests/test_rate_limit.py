@@ -13,7 +13,7 @@ import pytest
 from deltalake import write_deltalake
 
 from airflow_backfill.engine.control import write_overrides
-from airflow_backfill.engine.phases import catch_up as catch_up_module
+from airflow_backfill.engine.phases import rounds as rounds_module
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.phases.snapshot_progress import load_progress
@@ -96,7 +96,7 @@ def test_catch_up_throughput_stays_under_the_cap_and_follows_an_alter(warm_spark
     for _ in range(2):
         commit_epoch(job.source, rng, **epoch)
 
-    real_latest_version = catch_up_module.latest_version
+    real_latest_version = rounds_module.latest_version
     checks = 0
 
     def latest_version_after_an_epoch_and_an_alter(uri: str) -> int:
@@ -107,7 +107,7 @@ def test_catch_up_throughput_stays_under_the_cap_and_follows_an_alter(warm_spark
             write_overrides(job.target, rate_limit=second_cap)
         return real_latest_version(uri)
 
-    monkeypatch.setattr(catch_up_module, "latest_version", latest_version_after_an_epoch_and_an_alter)
+    monkeypatch.setattr(rounds_module, "latest_version", latest_version_after_an_epoch_and_an_alter)
     started = time.monotonic()
     result = run_catch_up(spark, job)
     wall = time.monotonic() - started

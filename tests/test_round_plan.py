@@ -22,9 +22,11 @@ from airflow_backfill.engine.planning.round_plan import (
     RoundPlan,
     TableFacts,
     aggregate_round_estimates,
+    before_the_feed,
     choose,
     corrections,
     observation,
+    recompute_saves,
     round_estimates,
 )
 from airflow_backfill.job import ROUND_PLANS
@@ -54,9 +56,22 @@ def test_the_plan_follows_the_size_and_spread_of_the_change():
     assert cheapest(facts(6_000, MV_ROWS, kept=0)) == DELETE  # the line items of deleted orders
     assert cheapest(facts(1, 6_000)) == REPLACE  # one row, its key range in one file
     assert cheapest(facts(12_000, 0, new_keys_only=True)) == APPEND
-    assert cheapest(facts(1_200_000, MV_ROWS)) in (RECOMPUTE, OVERWRITE)  # 10 % of the rows: all rewritten
+    # 10 % of the rows updated, once the feed is read: replacing them still beats reading
+    # the upstream again (a round that large recomputes before reading its feed, below)
+    assert cheapest(facts(1_200_000, MV_ROWS)) == REPLACE
+    assert cheapest(facts(1_200_000, MV_ROWS, kept=0.5)) == RECOMPUTE  # updates and deletes: no replace
     # Updates and deletes together, clustered in a few files: a merge of those files.
     assert cheapest(facts(30_000, 400_000, kept=0.5)) == MERGE
+
+
+@pytest.mark.parametrize("prove_key", [True, False])
+def test_a_large_change_recomputes_before_its_feed_is_read(prove_key):
+    large = before_the_feed(1_200_000, MV_ROWS, Rates(), aggregate=False, prove_key=prove_key)
+    assert recompute_saves(large[RECOMPUTE], large[INCREMENTAL])
+    small = before_the_feed(120_000, MV_ROWS, Rates(), aggregate=False, prove_key=prove_key)
+    assert not recompute_saves(small[RECOMPUTE], small[INCREMENTAL])
+    unproved = before_the_feed(1_200_000, MV_ROWS, Rates(), aggregate=False, prove_key=False)
+    assert large[RECOMPUTE] >= unproved[RECOMPUTE]
 
 
 def test_a_small_table_is_overwritten():
@@ -68,6 +83,10 @@ def test_a_small_table_is_overwritten():
 def test_round_plan_pins_the_choice():
     big = facts(1_200_000, MV_ROWS)
     assert cheapest(big, INCREMENTAL) != RECOMPUTE
+    assert cheapest(facts(12_000, MV_ROWS), MERGE) == MERGE  # replace is cheaper, but its feed is not for every reader
+    assert cheapest(facts(12_000, 0, new_keys_only=True), MERGE) == APPEND
+    aggregate = aggregate_round_estimates(3 * MV_ROWS, {OVERWRITE: 0.5}, {MERGE: 0.5}, MV_ROWS, 4, 4, Rates())
+    assert choose(aggregate, {}, MERGE).plan == INCREMENTAL
     assert cheapest(facts(1, 6_000), RECOMPUTE) == RECOMPUTE
     with pytest.raises(ValueError, match="round_plan must be one of"):
         cheapest(big, "sometimes")
@@ -75,8 +94,10 @@ def test_round_plan_pins_the_choice():
 
 def test_corrections_come_from_the_last_rounds_of_each_plan_and_are_bounded():
     rounds = [{"plan": REPLACE, "estimate_s": 1.0, "seconds": s} for s in (9.0, 3.0, 3.0, 3.0, 3.0, 3.0)]
-    rounds += [{"plan": MERGE, "estimate_s": 2.0, "seconds": 1.0}, {"plan": RECOMPUTE, "estimate_s": 1, "seconds": 99}]
-    rounds += [{"plan": APPEND, "estimate_s": 0, "seconds": 1.0}]  # no estimate: ignored
+    rounds += [{"plan": MERGE, "estimate_s": 2.0, "seconds": 1.0}] * 3
+    rounds += [{"plan": RECOMPUTE, "estimate_s": 1, "seconds": 99}] * 3
+    rounds += [{"plan": APPEND, "estimate_s": 0, "seconds": 1.0}] * 3  # no estimate: ignored
+    rounds += [{"plan": DELETE, "estimate_s": 1.0, "seconds": 4.0}] * 2  # too few to correct
     assert corrections(rounds) == {REPLACE: 3.0, MERGE: 0.5, RECOMPUTE: 5.0}
 
 

@@ -98,7 +98,7 @@ def recompute_first(
     rows = table_rows(job.source, end_version)
     changes = estimated_change_rows(job.source, watermark, end_version, rows)
     estimates = before_the_feed(changes, rows, rates_at(parallelism), aggregate=aggregate,
-                                feed_needed_for_recompute=job.verify_primary_key)
+                                prove_key=job.verify_primary_key)
     recompute = estimates[RECOMPUTE] * job_corrections(job).get(RECOMPUTE, 1.0)
     if not recompute_saves(recompute, estimates[INCREMENTAL]):
         return None

@@ -78,6 +78,10 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         # in each commit's checksum by rebuilding the table's state after every commit (a
         # Spark job per commit); the engine reads and writes in UTC, which that check is for.
         "spark.databricks.delta.allFilesInCrc.verificationMode.forceOnNonUTC.enabled": "false",
+        # Adaptive execution renders the whole plan as text each time it re-plans; a join
+        # round's plan (cached intermediates nest their own plans) reached hundreds of MiB
+        # and exhausted the driver's heap. A truncated string only shortens the SQL UI.
+        "spark.sql.maxPlanStringLength": "200000",
     }
     for key, value in settings.items():
         builder = builder.config(key, value)

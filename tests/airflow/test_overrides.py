@@ -32,7 +32,7 @@ def test_empty_conf_means_no_overrides():
         ({"parallelism": True}, r"dag_run.conf\['parallelism'\] must be an integer"),
         ({"rate_limit": -5}, r"rate_limit must be between 1 and"),
         ({"lag_threshold": 1.5}, r"lag_threshold must be a non-negative integer"),
-        ({"round_plan": "merge"}, r"round_plan must be one of auto, incremental, recompute, got 'merge'"),
+        ({"round_plan": "sometimes"}, r"round_plan must be one of auto, incremental, recompute, merge, got 'sometimes'"),
         ({"forward_max_epochs": 0}, r"dag_run.conf\['forward_max_epochs'\] must be a positive integer or null"),
         ({"forward_idle_timeout": "soon"}, r"dag_run.conf\['forward_idle_timeout'\] must be a positive number"),
     ],

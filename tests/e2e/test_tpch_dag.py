@@ -11,6 +11,7 @@ import re
 import subprocess
 import threading
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from airflow_processes import prepare_database, run_airflow
@@ -45,18 +46,24 @@ class Refresher(threading.Thread):
             self.error = error
 
 
-def load_example_jobs(home: Path):
-    """The DAG file's jobs, with their paths expanded under `home`."""
+def load_example_dag(home: Path, name: str) -> ModuleType:
+    """The example DAG file `dags/<name>.py` as a module, its jobs' paths expanded under `home`."""
     import importlib.util
 
     os.environ["AIRFLOW_BACKFILL_HOME"] = str(home)
     try:
-        spec = importlib.util.spec_from_file_location("example_tpch", ROOT / "dags" / "example_tpch_pricing_summary.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "dags" / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
         del os.environ["AIRFLOW_BACKFILL_HOME"]
+    return module
+
+
+def load_example_jobs(home: Path):
+    """The DAG file's jobs, with their paths expanded under `home`."""
+    module = load_example_dag(home, "example_tpch_pricing_summary")
     return module.PRICING_SUMMARY, module.LINESTATUS_TOTALS
 
 

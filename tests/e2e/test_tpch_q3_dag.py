@@ -4,13 +4,11 @@ over every upstream as of the versions each commit records."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 from helpers_delta import mv_commits
-from test_tpch_dag import ROOT, airflow_environment, dags_test_under_refreshes
+from test_tpch_dag import airflow_environment, dags_test_under_refreshes, load_example_dag
 
 from airflow_backfill import tpch
 from oracle import assert_every_join_commit_matches
@@ -19,15 +17,7 @@ pytestmark = pytest.mark.e2e
 
 
 def example_job(home: Path):
-    os.environ["AIRFLOW_BACKFILL_HOME"] = str(home)
-    try:
-        spec = importlib.util.spec_from_file_location("example_tpch_q3", ROOT / "dags" / "example_tpch_q3.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        del os.environ["AIRFLOW_BACKFILL_HOME"]
-    return module.TPCH_Q3
+    return load_example_dag(home, "example_tpch_q3").TPCH_Q3
 
 
 def test_dags_test_maintains_q3_while_orders_and_lineitem_refresh(tmp_path):

@@ -45,6 +45,7 @@ from airflow_backfill.engine.planning.round_plan import (
     WATERMARK_ONLY,
     RoundPlan,
     aggregate_round_estimates,
+    allowed_mv_ways,
 )
 from airflow_backfill.engine.round_planner import plan_round, rates_at, recompute_first
 from airflow_backfill.exceptions import TargetError
@@ -103,7 +104,7 @@ def bring_mv_to_state(spark: SparkSession, job: BackfillJob, plan: QueryPlan, up
     new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
     changes = mv_changes(old_rows, new_rows, plan.mv_key)
     write_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=info.epoch,
-                user_metadata=info.user_metadata(job), null_safe=True)
+                user_metadata=info.user_metadata(job), null_safe=True, round_plan=job.round_plan)
 
 
 def apply_aggregate_changes(
@@ -175,7 +176,7 @@ def commit_round(
     mv = prepare(spark, job.target, _mv_row_changes(spark, job, rows), plan.mv_key, null_safe=True)
     try:
         rates = rates_at(info.parallelism)
-        state_ways, mv_ways = state.estimates(rates), mv.estimates(rates)
+        state_ways, mv_ways = state.estimates(rates), allowed_mv_ways(mv.estimates(rates), job.round_plan)
         upstream = table_rows(job.source, recompute_at) if recompute_at is not None else 0
         estimates = aggregate_round_estimates(info.rows, state_ways, mv_ways, upstream, state.facts.rows,
                                               mv.facts.rows, rates)

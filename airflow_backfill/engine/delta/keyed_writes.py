@@ -50,12 +50,14 @@ from airflow_backfill.engine.delta.key_range import (
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
+    AUTO,
     DELETE,
     MERGE,
     OVERWRITE,
     REPLACE,
     Rates,
     TableFacts,
+    allowed_mv_ways,
     write_estimates,
 )
 from airflow_backfill.storage.lease import ensure_held
@@ -236,21 +238,22 @@ def _any_arrived(prepared: PreparedChanges) -> bool:
     return prepared.arrived and bool(prepared.frame.filter(F.col(ARRIVED)).limit(1).count())
 
 
-def cheapest_way(prepared: PreparedChanges, rates: Rates) -> str:
-    """The way with the lowest estimate for these changes alone."""
-    estimates = prepared.estimates(rates)
+def cheapest_way(prepared: PreparedChanges, rates: Rates, round_plan: str = AUTO) -> str:
+    """The way with the lowest estimate for these changes alone, among those the job's
+    `round_plan` allows for its MV."""
+    estimates = allowed_mv_ways(prepared.estimates(rates), round_plan)
     return min(estimates, key=lambda way: (estimates[way], way))
 
 
 def write_keyed(
     spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, app_id: str, version: int,
-    user_metadata: str, null_safe: bool, rates: Rates | None = None,
+    user_metadata: str, null_safe: bool, round_plan: str = AUTO, rates: Rates | None = None,
 ) -> int:
-    """Prepare, then write keyed changes the cheapest way, in one commit with the watermark;
-    for writes whose way no round-level plan chose (crash recovery, for one)."""
+    """Prepare, then write keyed changes the cheapest way `round_plan` allows, in one commit
+    with the watermark; for writes whose way no round-level plan chose (crash recovery)."""
     prepared = prepare(spark, uri, changes, key, null_safe=null_safe)
     try:
-        return write(spark, prepared, cheapest_way(prepared, rates or Rates()), app_id=app_id, version=version,
-                     user_metadata=user_metadata)
+        way = cheapest_way(prepared, rates or Rates(), round_plan)
+        return write(spark, prepared, way, app_id=app_id, version=version, user_metadata=user_metadata)
     finally:
         prepared.release()

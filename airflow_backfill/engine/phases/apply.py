@@ -46,11 +46,13 @@ from airflow_backfill.engine.delta.keyed_writes import (
 )
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import apply_query, mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import apply_query, duplicate_key, mv_changes, net_changes
 from airflow_backfill.engine.phases.repeated_keys import (
+    held_times,
     refuse_arrived_keys_held_twice,
     refuse_repeated_appended_keys,
 )
+from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.engine.planning.round_plan import APPEND, RECOMPUTE, RoundPlan, round_estimates
 from airflow_backfill.engine.round_planner import (
@@ -237,8 +239,10 @@ def _apply_stateless(
         info = replace(info, epoch=appended.end_version, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
         return (info.epoch, *_append_appended(spark, job, plan, appended, appended_rows, watermark, info), chosen)
     early = recompute_first(job, watermark, info.epoch, info.parallelism)
-    if early is not None and not job.verify_primary_key:
-        return _recompute(spark, job, plan, None, 0, early, info)  # no key to prove: the feed is not read
+    if early is not None:  # the feed is not read
+        if job.verify_primary_key:
+            _prove_upstream_key(spark, job, plan, info.epoch)
+        return _recompute(spark, job, plan, None, 0, early, info)
     feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
     net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
     ask_upstream = job.verify_primary_key and plan.filters_rows
@@ -294,6 +298,19 @@ def _recompute(
     rows = recompute_stateless(spark, job, plan, info.epoch, metadata)
     maybe_crash(info.phase, "after_commit")
     return info.epoch, change_rows, rows, chosen
+
+
+def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, version: int) -> None:
+    """Refuse an upstream that holds a key twice at `version`, as the snapshot does: a
+    recompute chosen before the feed has no arrived keys to look up, and its cost (the key
+    columns read, one shuffle) is below that of the feed it replaces."""
+    from pyspark.sql import functions as F
+
+    keys = read_upstream_as_of(spark, job.source, version).select(
+        *(F.col(quote(column)) for column in plan.upstream_key))
+    duplicate = duplicate_key(keys, plan.upstream_key)
+    if duplicate is not None:
+        raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, version))
 
 
 def _refuse_arrived_in_mv(

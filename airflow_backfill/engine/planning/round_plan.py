@@ -41,8 +41,14 @@ WATERMARK_ONLY = "watermark only"
 """A round whose epochs changed no row the query reads: it only moves the watermark."""
 
 AUTO, INCREMENTAL = "auto", "incremental"
-ROUND_PLAN_CHOICES = (AUTO, INCREMENTAL, RECOMPUTE)
-"""What a job may ask for (`round_plan`): the cheapest estimate, never recompute, always recompute."""
+ROUND_PLAN_CHOICES = (AUTO, INCREMENTAL, RECOMPUTE, MERGE)
+"""What a job may ask for (`round_plan`): the cheapest estimate, never recompute, always
+recompute, or only the ways every reader of the MV's feed reads exactly."""
+FEED_FOR_EVERY_READER = (APPEND, MERGE)
+"""The ways whose change feed every Delta reader reads exactly: a MERGE writes its changes
+into change files. A replace, a delete and an overwrite or recompute of files with
+deletion vectors leave the feed to be derived from the vectors, which Spark does and
+delta-rs 1.6 does not."""
 
 RECOMPUTE_SAVING_S = 1.0
 RECOMPUTE_SAVING_SHARE = 0.2
@@ -53,6 +59,9 @@ this many seconds and this share of the cheapest incremental estimate."""
 OBSERVATIONS_KEPT = 20
 """Earlier rounds remembered per job for the corrections (the state file keeps them)."""
 _CORRECTION_SAMPLES = 5
+_CORRECTION_MIN_SAMPLES = 3
+"""A plan is corrected once it has run this often: a JVM's first round of a kind pays for
+class loading and code generation, and must not decide alone."""
 _CORRECTION_BOUNDS = (0.2, 5.0)
 
 
@@ -63,15 +72,16 @@ class Rates:
     job's own rounds scale them to the machine at hand."""
 
     fixed: Mapping[str, float] = field(default_factory=lambda: {
-        APPEND: 0.4, REPLACE: 0.9, DELETE: 0.7, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
-    feed_fixed: float = 0.3
-    """Reading, netting and mapping the change feed (every plan but an unverified recompute)."""
+        APPEND: 0.4, REPLACE: 1.0, DELETE: 1.7, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
+    feed_fixed: float = 1.35
+    """Reading, netting and mapping the change feed and preparing the keyed changes (every
+    plan but a recompute chosen before the feed)."""
     aggregate_fixed: float = 0.4
     """Folding an aggregate's changes into its touched groups (joined with their old state)."""
-    per_change_row: float = 1.5e-6
+    per_change_row: float = 6.2e-6
     per_written_row: float = 0.4e-6
     """Writing a row (append, the new rows of replace, every row of an overwrite)."""
-    per_read_row: float = 0.3e-6
+    per_read_row: float = 0.9e-6
     """Reading a row of the table being overwritten."""
     per_key: float = 0.5e-6
     """Joining a changed key with the table's (replace, delete)."""
@@ -81,6 +91,10 @@ class Rates:
     """Shuffling and rewriting a row of a touched file (merge)."""
     per_upstream_row: float = 0.65e-6
     """Reading an upstream row and running the query over it (recompute)."""
+    prove_fixed: float = 0.3
+    per_proved_row: float = 0.3e-6
+    """Proving the upstream's key unique (its key columns read, one shuffle), for a recompute
+    that skips the feed."""
 
 
 @dataclass(frozen=True)
@@ -186,22 +200,25 @@ def aggregate_round_estimates(
 
 
 def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool,
-                    feed_needed_for_recompute: bool) -> dict[str, float]:
+                    prove_key: bool) -> dict[str, float]:
     """What is known before a round reads its feed (its change rows guessed from the
     change files' bytes): a recompute's estimate, and the least any incremental round
-    could cost (the feed and the cheapest write's fixed cost, writing nothing)."""
+    could cost (the feed and the cheapest write's fixed cost, writing nothing). A
+    recompute chosen now never reads the feed; under `prove_key` it proves the upstream's
+    key unique as the snapshot does instead."""
     feed = rates.feed_fixed + change_rows * rates.per_change_row
     writes = 2 if aggregate else 1
     least = feed + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0)
     recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
-    if feed_needed_for_recompute and not aggregate:
-        recompute += feed
+    if prove_key and not aggregate:
+        recompute += rates.prove_fixed + upstream_rows * rates.per_proved_row
     return {INCREMENTAL: least, RECOMPUTE: recompute}
 
 
 def corrections(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Per plan, how much longer than estimated its recent rounds took (median ratio of the
-    last few, bounded), from the observations the job's state file keeps."""
+    """Per plan that ran at least a few times, how much longer than estimated its recent
+    rounds took (median ratio of the last few, bounded), from the observations the job's
+    state file keeps."""
     ratios: dict[str, list[float]] = {}
     for entry in observations:
         estimate, seconds = float(entry.get("estimate_s") or 0), float(entry.get("seconds") or 0)
@@ -209,7 +226,7 @@ def corrections(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:
             ratios.setdefault(str(entry.get("plan")), []).append(seconds / estimate)
     low, high = _CORRECTION_BOUNDS
     return {plan: min(high, max(low, statistics.median(values[-_CORRECTION_SAMPLES:])))
-            for plan, values in ratios.items()}
+            for plan, values in ratios.items() if len(values) >= _CORRECTION_MIN_SAMPLES}
 
 
 def choose(estimates: Mapping[str, float], corrections_by_plan: Mapping[str, float], requested: str) -> RoundPlan:
@@ -217,6 +234,9 @@ def choose(estimates: Mapping[str, float], corrections_by_plan: Mapping[str, flo
     if requested not in ROUND_PLAN_CHOICES:
         raise ValueError(f"round_plan must be one of {', '.join(ROUND_PLAN_CHOICES)}, got {requested!r}")
     corrected = {plan: seconds * corrections_by_plan.get(plan, 1.0) for plan, seconds in estimates.items()}
+    if requested == MERGE:  # never a recompute; of the ways to write, those whose feed every reader reads
+        corrected = {plan: s for plan, s in corrected.items()
+                     if plan != RECOMPUTE and (plan not in WRITES or plan in FEED_FOR_EVERY_READER)}
     if requested == RECOMPUTE and RECOMPUTE in corrected:
         return RoundPlan(RECOMPUTE, corrected, "round_plan: recompute", estimates[RECOMPUTE])
     allowed = {plan: s for plan, s in corrected.items() if plan != RECOMPUTE}
@@ -228,9 +248,17 @@ def choose(estimates: Mapping[str, float], corrections_by_plan: Mapping[str, flo
     reason = f"cheapest estimate {allowed[plan]:.2f} s"
     if others:
         reason += f", next {others[0][1]} {others[0][0]:.2f} s"
-    if requested == INCREMENTAL:
-        reason += " (round_plan: incremental)"
+    if requested in (INCREMENTAL, MERGE):
+        reason += f" (round_plan: {requested})"
     return RoundPlan(plan, corrected, reason, estimates[plan])
+
+
+def allowed_mv_ways(estimates: Mapping[str, float], requested: str) -> dict[str, float]:
+    """The ways `requested` lets a round write the MV with: under `merge`, only those whose
+    feed every reader reads (an aggregate's hidden state is written any way)."""
+    if requested != MERGE:
+        return dict(estimates)
+    return {way: seconds for way, seconds in estimates.items() if way in FEED_FOR_EVERY_READER}
 
 
 def recompute_saves(recompute: float, incremental: float) -> bool:
