@@ -29,6 +29,7 @@ def settings_from(config: dict[str, Any], memory: MemorySampler) -> SectionSetti
         epoch_interval=float(config["epoch_interval"]),
         poll_interval=float(config["poll_interval"]),
         memory=memory,
+        quick=bool(config.get("quick", False)),
     )
 
 

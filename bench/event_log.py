@@ -5,13 +5,16 @@ job in the window: when it started (ms after the window's start), how long it ra
 tasks, the SQL execution it belongs to and the call site or description that started it;
 then the total time jobs ran and the time between them (driver work: planning, Delta's
 log, Python). A round that takes seconds over a small change is usually many small jobs
-and the gaps between them; this shows which.
+and the gaps between them; this shows which. Each job is also given a cause, read from the
+call stack that started it (Delta's own jobs carry Delta's frames), and the jobs are summed
+per cause.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ class SparkJob:
     execution_id: int | None = None
     call_site: str = ""
     description: str = ""
+    cause: str = ""
 
     @property
     def seconds(self) -> float:
@@ -83,6 +87,9 @@ def _record(event: dict[str, Any], jobs: dict[int, SparkJob], executions: dict[i
             call_site=properties.get("callSite.short", ""),
             description=properties.get("spark.job.description", "") or "",
         )
+        stages = event.get("Stage Infos", [])
+        job.call_site = job.call_site or (stages[-1].get("Stage Name", "") if stages else "")
+        job.cause = job_cause(job, "\n".join(stage.get("Details", "") for stage in stages))
         jobs[job.job_id] = job
         if job.execution_id in executions:
             executions[job.execution_id].jobs.append(job.job_id)
@@ -95,6 +102,47 @@ def _record(event: dict[str, Any], jobs: dict[int, SparkJob], executions: dict[i
         )
     elif kind.endswith("SparkListenerSQLExecutionEnd") and event["executionId"] in executions:
         executions[event["executionId"]].end_ms = event["time"]
+
+
+_DELTA_CAUSES = (
+    ("ScanWithDeletionVectors", "Delta: files with deletion vectors, looked up at each plan of a scan"),
+    ("OptimisticTransactionImpl.filterFiles", "Delta: the transaction's files (an overwrite's or a DML's)"),
+    ("Compute snapshot", "Delta: a new version's state rebuilt (its file list)"),
+    ("Filtering files for query", "Delta: file skipping of a scan"),
+    ("ClassicMergeExecutor", "Delta: MERGE"),
+    ("DeleteCommand", "Delta: DELETE"),
+    ("MergeIntoCommand", "Delta: MERGE"),
+    ("WriteIntoDelta", "Delta: a write"),
+    ("Checkpoints", "Delta: a checkpoint"),
+)
+
+
+def job_cause(job: SparkJob, details: str) -> str:
+    """What started the job: Delta's own work (from its frames in the call stack), or the
+    Python line of the engine that asked for a result."""
+    text = f"{job.description}\n{details}"
+    for marker, cause in _DELTA_CAUSES:
+        if marker in text:
+            return cause
+    if " at /" in job.call_site and ".py:" in job.call_site:
+        action, _, where = job.call_site.partition(" at ")
+        return f"{action} at {'/'.join(where.split('/')[-3:])}"
+    action = job.call_site.split(" at ")[0]
+    if action.startswith("$anonfun$"):
+        return "Spark: asynchronous work of a query (broadcasts, subqueries, Delta's prefetch)"
+    return f"Spark: {action} of a DataFrame" if action else "other"
+
+
+def causes(window: list[SparkJob]) -> str:
+    """Jobs and their seconds summed per cause, the costliest first."""
+    counts: Counter[str] = Counter(job.cause for job in window)
+    seconds: defaultdict[str, float] = defaultdict(float)
+    for job in window:
+        seconds[job.cause] += job.seconds
+    rows = [f"{'jobs':>5} {'job s':>7}  cause"]
+    rows += [f"{counts[cause]:>5} {seconds[cause]:>7.3f}  {cause}"
+             for cause in sorted(counts, key=lambda cause: -seconds[cause])]
+    return "\n".join(rows)
 
 
 def report(jobs: dict[int, SparkJob], executions: dict[int, SqlExecution], since: int, until: int) -> str:
@@ -116,12 +164,12 @@ def report(jobs: dict[int, SparkJob], executions: dict[int, SqlExecution], since
         if execution is not None and execution.description:
             what = f"{what}  [{execution.description}]"
         rows.append(f"{job.start_ms - origin:>9} {job.seconds:>7.3f} {job.tasks:>5} "
-                    f"{'' if job.execution_id is None else job.execution_id:>4}  {what[:150]}")
+                    f"{'' if job.execution_id is None else job.execution_id:>4}  {what[:110]}  <{job.cause}>")
     end = max(job.end_ms for job in window)
     span = (end - origin) / 1000.0
     rows.append(f"{len(window)} jobs over {span:.3f} s: jobs running {busy:.3f} s, "
                 f"no job running {span - busy:.3f} s (driver: planning, Delta's log, Python)")
-    return "\n".join(rows)
+    return "\n".join(rows) + "\n\n" + causes(window)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,8 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "results.json"), help="JSON result file")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer freshness epochs, the stateless MV alone in the submit section, sections "
-                             "grouped in one process per parallelism")
+                        help="fewer freshness epochs, two shares of updated rows and the one-row round in the "
+                             "catch-up section, the stateless MV alone in the submit section, sections grouped in "
+                             "one process per parallelism")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
     parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")
@@ -124,7 +125,7 @@ def run_child(child: ChildRun, args: argparse.Namespace, work_dir: str, index: i
     config = {
         "work_dir": work_dir, "parallelism": child.parallelism, "sections": list(child.sections),
         "repeats": args.repeats, "seed": args.seed, "freshness_epochs": args.epochs,
-        "epoch_interval": args.epoch_interval, "poll_interval": args.poll_interval,
+        "epoch_interval": args.epoch_interval, "poll_interval": args.poll_interval, "quick": args.quick,
     }
     with open(config_path, "w") as handle:
         json.dump(config, handle)

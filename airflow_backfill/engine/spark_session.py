@@ -18,12 +18,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DELTA_CLASS = "io.delta.tables.DeltaTable"
-QUIET_LOGGERS = ("org.apache.spark.sql.delta.DeltaHistoryManager",)
+QUIET_LOGGERS = ("org.apache.spark.sql.delta.DeltaHistoryManager", "org.apache.spark.sql.catalyst.util.StringUtils")
 """Loggers set to ERROR in every engine session. DeltaHistoryManager warns "Found Delta
 commit N with a timestamp ... greater than the next commit timestamp" whenever a commit's
 log file is not younger than the one before, which S3's one-second `LastModified` makes
 of any two commits within a second, dozens of times per task; Delta corrects the times
-itself, and the engine addresses tables by version only (docs/object_storage.md)."""
+itself, and the engine addresses tables by version only (docs/object_storage.md).
+StringUtils warns at every plan of a join round that its text was truncated, as
+`spark.sql.maxPlanStringLength` below asks."""
 DEFAULT_MASTER = "local[*]"
 """The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.log import METADATA_PREFIX
+from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
+from airflow_backfill.engine.delta.log import METADATA_PREFIX, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -16,13 +17,18 @@ def append_commit(df: DataFrame, uri: str, app_id: str, txn_version: int, metada
 
     The app transaction (`txnAppId`/`txnVersion`) makes a replayed round a no-op; the
     metadata (offsets, split states) travels in the same commit as the rows it describes.
+    A new table gets the change feed on, as every table the engine creates: another job's
+    MV (a join among them) can then follow it.
     """
     user_metadata = json.dumps({f"{METADATA_PREFIX}{key}": value for key, value in metadata.items()}, sort_keys=True)
-    (
+    writer = (
         df.write.format("delta")
         .mode("append")
         .option("txnAppId", app_id)
         .option("txnVersion", str(txn_version))
         .option("userMetadata", user_metadata)
-        .save(uri)
     )
+    if not table_exists(uri):
+        for key, value in TABLE_PROPERTIES.items():
+            writer = writer.option(key, value)
+    writer.save(uri)

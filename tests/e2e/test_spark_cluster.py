@@ -48,8 +48,8 @@ OVER_AGGREGATE_QUERY = "SELECT customer_id, orders, revenue FROM source WHERE or
 def test_an_aggregate_killed_between_its_commits_on_the_cluster_recovers_and_feeds_an_mv(tmp_path, spark_cluster):
     """Every phase runs on the worker's executors. The driver of an aggregate's catch-up is
     killed after the per-group state commit and before the MV commit; the rerun brings the
-    MV to the state's epoch first. A stateless MV over that aggregate MV then follows its
-    change feed."""
+    MV to the state's epoch first. A stateless MV over that aggregate MV, snapshotted before
+    the crash, then follows its change feed across the recovered commit."""
     source, aggregate_mv, over_mv = (str(tmp_path / name) for name in ("orders", "by_customer", "regulars"))
     create_orders_table(source, rows=2000, seed=41)
     aggregate = {"name": "by_customer", "query": AGGREGATE_QUERY, "primary_key": ["order_id"], "lag_threshold": 0,
@@ -57,8 +57,9 @@ def test_an_aggregate_killed_between_its_commits_on_the_cluster_recovers_and_fee
     regulars = {"name": "regulars", "query": OVER_AGGREGATE_QUERY, "primary_key": ["customer_id"],
                 "lag_threshold": 0, "backfill_parallelism": 2, "parallelism": 1, "source": aggregate_mv,
                 "target": over_mv}
-    created = submit(spark_cluster, "snapshot", aggregate, 2)
-    assert created.returncode == 0, created.stderr[-3000:]
+    for job in (aggregate, regulars):
+        created = submit(spark_cluster, "snapshot", job, 2)
+        assert created.returncode == 0, created.stderr[-3000:]
     rng = random.Random(42)
     for _ in range(3):
         commit_epoch(source, rng, inserts=20, updates=60, deletes=10)
@@ -70,14 +71,8 @@ def test_an_aggregate_killed_between_its_commits_on_the_cluster_recovers_and_fee
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     recovered = [c for c in mv_commits(aggregate_mv) if c.get("airflow_backfill.recovered_from_state")]
     assert len(recovered) == 1, "the rerun did not bring the MV to the committed state's epoch first"
-
-    snapshot = submit(spark_cluster, "snapshot", regulars, 2)
-    assert snapshot.returncode == 0, snapshot.stderr[-3000:]
-    for _ in range(2):
-        commit_epoch(source, rng, inserts=20, updates=60, deletes=10)
-    for job in (aggregate, regulars):
-        caught_up = submit(spark_cluster, "catch_up", job, 2)
-        assert caught_up.returncode == 0, caught_up.stderr[-3000:]
+    caught_up = submit(spark_cluster, "catch_up", regulars, 2)
+    assert caught_up.returncode == 0, caught_up.stderr[-3000:]
 
     applications = {app["name"]: app for app in spark_cluster.state()["completedapps"]}
     ran = {f"airflow_backfill:{name}:{phase}" for name in ("by_customer", "regulars") for phase in ("snapshot", "catch_up")}

@@ -301,6 +301,7 @@ def test_signed_out_users_land_on_the_login_page(open_page, path):
 
 
 def test_the_page_is_in_the_browse_menu_and_links_into_airflow(open_page, api_server):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import expect
 
     page = open_page("/plugin/airflow-backfill", "viewer")
@@ -310,9 +311,16 @@ def test_the_page_is_in_the_browse_menu_and_links_into_airflow(open_page, api_se
     page.keyboard.press("Escape")
     page.get_by_test_id("never-ran").get_by_role("button").click()
     link = page.get_by_test_id(f"dag-link-orders_mv-{EXAMPLE_DAG_ID}")
-    expect(link).to_be_visible()
+    dag_page = re.compile(rf"/dags/{EXAMPLE_DAG_ID}$")
+    expect(link).to_have_attribute("href", dag_page)
     link.click()
-    expect(page).to_have_url(re.compile(rf"/dags/{EXAMPLE_DAG_ID}$"))
+    try:
+        page.wait_for_url(dag_page, timeout=10_000)
+    except PlaywrightTimeoutError:
+        # The page refreshes its rows every few seconds; on a loaded machine a click can land
+        # on a row being replaced. A link that does not navigate fails the second click too.
+        link.click()
+    expect(page).to_have_url(dag_page)
 
 
 def test_the_example_dags_graph(open_page):
