@@ -94,9 +94,11 @@ def airflow_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def dags_test_under_refreshes(dag_id: str, env: dict[str, str], tables: tpch.TpchTables,
-                              interval: float = 1.0) -> str:
+                              interval: float = 3.0) -> str:
     """`airflow dags test dag_id` (one forward epoch, a short idle wait) while RF1 and RF2
-    alternate every `interval` seconds; its output, once it and the refreshes succeeded."""
+    alternate every `interval` seconds; its output, once it and the refreshes succeeded.
+    Refreshes faster than a round keep the lag above the jobs' threshold of one epoch for
+    more rounds, which only makes the run longer."""
     refresher = Refresher(tables, interval)
     refresher.start()
     try:
