@@ -279,13 +279,14 @@ def _catch_up_case(
     with stopwatch() as recompute_elapsed:
         run_snapshot(spark, recompute_job, epoch=version, parallelism=settings.parallelism)
     shutil.rmtree(recompute_target, ignore_errors=True)
+    catch_up_s = round(catch_up_elapsed(), 3)  # the ratio of the figures reported, as a reader recomputes it
     return {
         "plans": [r.plan for r in caught_up.rounds],
         "plain_s": plain_s,
-        "speedup": round(plain_s / catch_up_elapsed(), 3),
+        "speedup": round(plain_s / catch_up_s, 3),
         "updated_rows": updated,
         "upstream_merge_s": round(upstream_elapsed(), 3),
-        "catch_up_s": round(catch_up_elapsed(), 3),
+        "catch_up_s": catch_up_s,
         "catch_up_rounds": len(caught_up.rounds),
         "round_steps_s": steps,
         "catch_up_peak_rss_mib": catch_up_peak.get("peak_rss_mib"),
