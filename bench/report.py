@@ -170,13 +170,24 @@ def _catch_up_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             table.append((
                 f"3. {label}, each side its own spark-submit: RF1 + RF2 catch-up vs plain recompute",
                 f"{_fmt(case['speedup'])}x ({_fmt(case['catch_up_median_s'], ' s')} vs "
-                f"{_fmt(case['plain_median_s'], ' s')}; round {_fmt(case.get('round_median_s'), ' s')})",
+                f"{_fmt(case['plain_median_s'], ' s')}; round {_fmt(case.get('round_median_s'), ' s')}"
+                f"{_equal_start(case)})",
                 f">= {SUBMIT_TARGETS[kind]}x" if scale == 1.0 else "",
                 _verdict(case["speedup"] >= SUBMIT_TARGETS[kind]) if scale == 1.0 else "",
             ))
         elif "submit" in result:
             table.append((f"3. {label}, as spark-submit", _short(submit.get("status", case.get("status"))), "", ""))
     return table
+
+
+def _equal_start(case: dict[str, Any]) -> str:
+    """How the phase started, and its ratio against a plain job started on the archive too."""
+    if not case.get("jvm_archive"):
+        return "; no JVM archive"
+    if "speedup_equal_start" not in case:
+        return "; catch-up on the JVM archive"
+    return (f"; catch-up on the JVM archive, {_fmt(case['speedup_equal_start'])}x against the plain job on it "
+            f"({_fmt(case['plain_on_archive_median_s'], ' s')})")
 
 
 def _memory(memory: dict[str, Any]) -> str:

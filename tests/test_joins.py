@@ -78,9 +78,13 @@ def prefer_ways(monkeypatch, ways: tuple[str, ...]) -> None:
     monkeypatch.setattr(aggregate_apply, "_cheapest", first_offered)
 
 
-@pytest.mark.parametrize("shape", sorted(QUERIES))
+# Rounds of the tiny test tables take the cheapest way, an overwrite of the whole MV, whatever
+# the shape; a stateless and an aggregate shape cover it (the others run in MERGE and in
+# the narrowest ways below).
+@pytest.mark.parametrize("shape", ["aggregate_over_inner", "left_chain_of_four"])
 def test_join_mv_matches_at_every_commit(spark, tmp_path, shape):
-    run_scenario(spark, tmp_path, shape)
+    plans = run_scenario(spark, tmp_path, shape)
+    assert any("overwrite" in json.dumps(plan) for plan in plans), plans
 
 
 MERGE_ONLY, NARROWEST = ("merge",), ("append", "delete", "replace", "merge")

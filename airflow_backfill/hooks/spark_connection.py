@@ -45,3 +45,15 @@ def spark_master(conn_id: str) -> str:
     else:
         master = f"{conn.conn_type}://{host}"
     return f"{master}:{conn.port}" if conn.port else master
+
+
+def driver_deploy_mode(conn_id: str, override: str | None = None) -> str:
+    """`client` or `cluster`: where spark-submit starts the driver, as the Spark provider
+    decides it (the operator's `deploy_mode`, else the connection's `deploy-mode` extra)."""
+    if override:
+        return override
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise BackfillConfigError(missing_connection_message(conn_id)) from None
+    return str(conn.extra_dejson.get("deploy-mode") or "client")

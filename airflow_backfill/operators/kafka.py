@@ -24,6 +24,7 @@ from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.operators.job_file import write_job_file
+from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import entry_point
 
 
@@ -54,6 +55,7 @@ class _KafkaOperator(SparkSubmitOperator):
         sizing.pop("spark.master", None)
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         self.env_vars = {**(self.env_vars or {}), **self.broker_environment(master)}
+        start_driver_on_archive(self, self.spark_conn_id)
         self._hook = None  # built from the arguments above
 
     def pipeline_file(self) -> str:
@@ -252,7 +254,7 @@ class SourceJobBeside:
         self._hook = SparkSubmitHook(
             conf=operator.conf, conn_id=operator.spark_conn_id, name=f"airflow_backfill-{operator.pipeline.source_job.name}"
             "-kafka_source", application_args=arguments, env_vars=operator.env_vars,
-            verbose=False,
+            properties_file=operator.properties_file, verbose=False,
         )
         try:
             self._hook.submit(entry_point("kafka_source"))

@@ -28,6 +28,7 @@ from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
 from airflow_backfill.operators.job_file import write_job_file
+from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.overrides import group_overrides, job_overrides
 from airflow_backfill.serialized_job import SerializesJob
 
@@ -132,6 +133,7 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
         self.conf = {**delta_spark_conf(), **sizing, **self.object_store_conf(job), **(self.conf or {})}
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
+        start_driver_on_archive(self, self.spark_conn_id)
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
                       self.phase, job.name, parallelism, job_source(job), job.target)
         super().execute(context)

@@ -235,3 +235,29 @@ def test_s3_credentials_reach_spark_submit_only_through_its_environment(job, sub
     assert s3.secret_access_key not in Path(call["args"][call["args"].index("--job") + 1]).read_text()
     assert (call["env"].get("AWS_SECRET_ACCESS_KEY") == s3.secret_access_key) is passed
     assert ("AWS_ACCESS_KEY_ID" in call["env"]) is passed
+
+
+def test_a_phase_driver_starts_on_the_jvm_archive_when_one_is_built(job, submitted, monkeypatch, tmp_path):
+    from airflow_backfill.engine.jvm_archive import fingerprint
+
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.ui.enabled false\n")
+    (tmp_path / "jvm" / "conf").mkdir(parents=True)
+    (tmp_path / "jvm" / "driver.jsa").write_bytes(b"archive")
+    monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", str(tmp_path / "jvm" / "driver.jsa"))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    (tmp_path / "jvm" / "driver.jsa.json").write_text(json.dumps({"fingerprint": fingerprint()}))
+    operator = LogStoreCatchUpOperator(task_id="catch_up", job=job, conf={"spark.driver.extraJavaOptions": "-Xss4m"})
+    operator.execute(context_with())
+    call = submitted[0]
+    assert call["env"]["SPARK_CONF_DIR"] == str(tmp_path / "jvm" / "conf")
+    assert call["conf"]["spark.driver.extraJavaOptions"] == f"-Xss4m -XX:SharedArchiveFile={tmp_path / 'jvm' / 'driver.jsa'}"
+    assert operator.properties_file == str(conf_dir / "spark-defaults.conf")
+
+
+def test_a_phase_driver_starts_without_an_archive_when_none_is_built(job, submitted, monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", str(tmp_path / "missing.jsa"))
+    LogStoreCatchUpOperator(task_id="catch_up", job=job).execute(context_with())
+    assert "SPARK_CONF_DIR" not in submitted[0]["env"]
+    assert "spark.driver.extraJavaOptions" not in submitted[0]["conf"]

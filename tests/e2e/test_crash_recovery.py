@@ -16,7 +16,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from helpers_delta import append_orders, largest_order, mv_commits
-from test_spark_submit import rerun_in_process, snapshot_in_process, spark_submit, start_simulator, write_job
+from submit_process import spark_submit, submit_env
+from test_spark_submit import rerun_in_process, snapshot_in_process, start_simulator, write_job
 
 from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.engine.writer_lock import writer_lock
@@ -43,7 +44,7 @@ def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> s
     if fault:
         env["AIRFLOW_BACKFILL_FAULT"] = fault
     return subprocess.run(
-        spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=600, env=env
+        spark_submit(phase, "--job", str(job), *extra), capture_output=True, text=True, timeout=600, env=submit_env(env)
     )
 
 
@@ -188,7 +189,7 @@ def test_random_kills_never_corrupt_the_mv(spark, tmp_path, live_upstream):
     rng = random.Random(2024)
     snapshot_in_process(spark, job)
     for _ in range(3):
-        process = subprocess.Popen(spark_submit("catch_up", "--job", str(job)),
+        process = subprocess.Popen(spark_submit("catch_up", "--job", str(job)), env=submit_env(),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         time.sleep(rng.uniform(2.0, 9.0))
         os.killpg(process.pid, signal.SIGKILL)

@@ -11,8 +11,9 @@ import time
 
 import pytest
 from deltalake import DeltaTable
+from submit_process import spark_submit, submit_env
 from test_crash_recovery import APP_ID, QUERY, live_upstream  # noqa: F401 - fixture
-from test_spark_submit import snapshot_in_process, spark_submit, write_job
+from test_spark_submit import snapshot_in_process, write_job
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from oracle import assert_every_commit_matches
@@ -35,7 +36,7 @@ def test_forward_stopped_like_airflow_stops_a_task(spark, tmp_path, live_upstrea
     snapshotted = snapshot_in_process(spark, job).epoch
     forward = subprocess.Popen(submit("forward", "--job", str(job), "--stop-grace", "3"),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, env=submit_env())
     deadline = time.monotonic() + 120
     while DeltaTable(tables["target"]).transaction_version(APP_ID) <= snapshotted:   # until forward commits
         assert forward.poll() is None, forward.stderr.read()[-3000:] if forward.stderr else "forward died"

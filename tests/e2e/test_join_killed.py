@@ -16,7 +16,7 @@ import pytest
 import yaml
 from deltalake import write_deltalake
 from join_upstreams import create_all, random_epoch, random_row, sources
-from test_spark_submit import spark_submit
+from submit_process import spark_submit, submit_env
 
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -57,7 +57,7 @@ def test_a_killed_join_snapshot_resumes_at_its_pinned_versions(spark, tmp_path: 
         env = {**os.environ, "AIRFLOW_BACKFILL_FAULT": "snapshot:after_chunks=1"}
         done = subprocess.run(
             spark_submit("snapshot", "--job", str(job_file), "--epochs", json.dumps(pinned), "--chunk-bytes", "1"),
-            capture_output=True, text=True, timeout=600, env=env,
+            capture_output=True, text=True, timeout=600, env=submit_env(env),
         )
         assert done.returncode != 0 and "fault injection: killing" in done.stdout + done.stderr, done.stderr[-3000:]
         job = load_job(job_file)

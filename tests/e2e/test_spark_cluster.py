@@ -9,12 +9,12 @@ import json
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
+from submit_process import spark_submit, submit_env
 
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches
@@ -29,13 +29,11 @@ def submit(cluster, phase: str, job: dict, parallelism: int, fault: str | None =
     env = {key: value for key, value in os.environ.items() if key != "AIRFLOW_BACKFILL_FAULT"}
     if fault:
         env["AIRFLOW_BACKFILL_FAULT"] = fault
-    command = [
-        str(Path(sys.executable).with_name("spark-submit")), "--master", cluster.master_url,
-        "--conf", "spark.executor.cores=1", "--conf", f"spark.cores.max={parallelism}",
-        "--conf", "spark.executor.memory=1g",
-        str(ROOT / "spark_jobs" / f"{phase}.py"), "--job-json", json.dumps(job), "--parallelism", str(parallelism),
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    options = ("--conf", "spark.executor.cores=1", "--conf", f"spark.cores.max={parallelism}",
+               "--conf", "spark.executor.memory=1g")
+    command = spark_submit(phase, "--job-json", json.dumps(job), "--parallelism", str(parallelism),
+                           master=cluster.master_url, options=options)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=submit_env(env))
 
 
 AGGREGATE_QUERY = (

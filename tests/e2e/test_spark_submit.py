@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 from deltalake import DeltaTable
+from submit_process import spark_submit, submit_env
 
+from airflow_backfill.engine.jvm_archive import archive_launch
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import SnapshotResult, run_snapshot
@@ -24,11 +26,6 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY = "SELECT order_id, status, amount * quantity AS total FROM source WHERE quantity >= 2"
-
-
-def spark_submit(entry_point: str, *args: str) -> list[str]:
-    binary = Path(sys.executable).with_name("spark-submit")
-    return [str(binary), "--master", "local[2]", str(ROOT / "spark_jobs" / f"{entry_point}.py"), *args]
 
 
 def start_simulator(table: str, seed: int) -> subprocess.Popen:
@@ -74,15 +71,35 @@ def rerun_in_process(spark, phase: str, job: Path) -> None:
         run_forward(spark, loaded, bounds=ForwardBounds(max_epochs=2, idle_timeout=30))
 
 
+def assert_delta_classes_came_from_the_archive(folder: Path) -> None:
+    """The driver mapped Delta's classes from the JVM archive that scripts/test.sh builds
+    (`airflow-backfill jvm-archive`), instead of loading them from the jars."""
+    assert archive_launch() is not None, "no current JVM archive: run `airflow-backfill jvm-archive` (scripts/test.sh does)"
+    driver_logs = [log.read_text() for log in folder.glob("classes-*.log") if "org.apache.spark.sql.delta." in log.read_text()]
+    assert len(driver_logs) == 1
+    # Classes the JVM generates at run time (lambdas, generated code) have other sources.
+    from_files = [line for line in driver_logs[0].splitlines() if "source: shared objects file" in line
+                  or "source: file:" in line or "source: jar:" in line]
+    shared = [line for line in from_files if "source: shared objects file" in line]
+    assert len(shared) > 0.8 * len(from_files), f"{len(shared)} of {len(from_files)} classes from the archive"
+    assert any(" org.apache.spark.sql.delta." in line for line in shared)
+
+
 def test_phases_as_spark_submit_processes(spark, tmp_path, tables):
     simulator = start_simulator(tables["source"], seed=5)
     job = write_job(tmp_path, tables)
     try:
         snapshot_in_process(spark, job)  # its entry point runs in the crash and DAG tests
-        done = subprocess.run(spark_submit("catch_up", "--job", str(job)), capture_output=True, text=True, timeout=600)
+        env = submit_env()
+        # Each JVM (spark-submit's launcher, then the driver) logs where it found its classes.
+        env["JAVA_TOOL_OPTIONS"] = f"{env.get('JAVA_TOOL_OPTIONS', '')} -Xlog:class+load=info:file={tmp_path}/classes-%p.log"
+        done = subprocess.run(spark_submit("catch_up", "--job", str(job)), capture_output=True, text=True, timeout=600,
+                              env=env)
         assert done.returncode == 0, done.stderr[-3000:]
+        assert_delta_classes_came_from_the_archive(tmp_path)
         forward = subprocess.Popen(
-            spark_submit("forward", "--job", str(job)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            spark_submit("forward", "--job", str(job)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=submit_env(),
         )
         start = DeltaTable(tables["target"]).transaction_version("airflow_backfill/orders_e2e")
         deadline = time.monotonic() + 120
@@ -105,7 +122,8 @@ def test_phases_as_spark_submit_processes(spark, tmp_path, tables):
 def test_bad_job_file_fails_before_spark_work(tmp_path, tables):
     job = tmp_path / "job.yaml"
     job.write_text(f"name: x\nsource: {tables['source']}\ntarget: {tables['target']}\nquery: SELECT 1\n")
-    done = subprocess.run(spark_submit("snapshot", "--job", str(job)), capture_output=True, text=True, timeout=600)
+    done = subprocess.run(spark_submit("snapshot", "--job", str(job)), capture_output=True, text=True, timeout=600,
+                          env=submit_env())
     assert done.returncode == 2
     assert "missing required field(s) primary_key" in done.stdout
     assert not Path(tables["target"]).exists()
