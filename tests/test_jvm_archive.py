@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,12 @@ def test_the_command_reports_a_current_archive_without_building(tmp_path, user_c
         monkeypatch.setenv(key, value)
     assert cli.main(["jvm-archive", "--if-stale"]) == 0
     assert "is up to date" in capsys.readouterr().out
+
+
+def test_a_session_this_process_launches_starts_on_the_archive_and_restores_the_environment(spark):
+    """The tests' shared session went through `build_spark_session`, as the CLI's do."""
+    launch = archive_launch()
+    assert launch is not None, "no current JVM archive: run `airflow-backfill jvm-archive` (scripts/test.sh does)"
+    assert f"-XX:SharedArchiveFile={launch.archive}" in spark.conf.get("spark.driver.extraJavaOptions")
+    assert os.environ.get("SPARK_CONF_DIR") != launch.conf_dir
+    assert "--properties-file" not in os.environ.get("PYSPARK_SUBMIT_ARGS", "")

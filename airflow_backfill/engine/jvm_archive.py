@@ -40,6 +40,7 @@ ARCHIVE_VARIABLE = "AIRFLOW_BACKFILL_JVM_ARCHIVE"
 """The archive's path, or `off` to start every driver without one."""
 OFF = "off"
 DEFAULTS_FILE = "spark-defaults.conf"
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 BUILD_TIMEOUT_S = 900.0
 
 
@@ -126,7 +127,7 @@ class ArchiveLaunch:
     def submit_arguments(self) -> list[str]:
         """spark-submit options for a command line without its own properties file or
         driver Java options."""
-        arguments = ["--conf", f"spark.driver.extraJavaOptions={self.driver_java_options()}"]
+        arguments = ["--conf", f"{DRIVER_JAVA_OPTIONS}={self.driver_java_options()}"]
         if self.properties_file:
             arguments = ["--properties-file", self.properties_file, *arguments]
         return arguments

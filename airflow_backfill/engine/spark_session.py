@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
+from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.storage.spark_s3 import configure_s3a_from_environment
@@ -26,6 +30,7 @@ of any two commits within a second, dozens of times per task; Delta corrects the
 itself, and the engine addresses tables by version only (docs/object_storage.md).
 StringUtils warns at every plan of a join round that its text was truncated, as
 `spark.sql.maxPlanStringLength` below asks."""
+SUBMIT_ARGS_VARIABLE = "PYSPARK_SUBMIT_ARGS"
 DEFAULT_MASTER = "local[*]"
 """The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
 
@@ -87,7 +92,8 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _launched_on_archive(builder, submitted):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _quiet_loggers(session)
     _require_delta(session)
@@ -109,6 +115,37 @@ def _submitted_conf() -> SparkConf:
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         SparkContext._ensure_initialized()  # type: ignore[attr-defined]
     return SparkConf()
+
+
+@contextmanager
+def _launched_on_archive(builder: SparkSession.Builder, submitted: SparkConf) -> Iterator[None]:
+    """Start a JVM this process launches itself (the CLI, notebooks, tests; not a phase under
+    spark-submit, whose JVM runs already) on the JVM class archive, as the operators start
+    the phases' drivers (engine/jvm_archive.py).
+
+    pyspark launches `spark-submit pyspark-shell` with this process's environment, so the
+    archive's conf folder and the properties file are set in it for the launch only.
+    """
+    launch_args = os.environ.get(SUBMIT_ARGS_VARIABLE, "pyspark-shell")
+    launch = None
+    if "PYSPARK_GATEWAY_PORT" not in os.environ and "--properties-file" not in launch_args:
+        launch = archive_launch()
+    if launch is None:
+        yield
+        return
+    builder.config(DRIVER_JAVA_OPTIONS, launch.driver_java_options(submitted.get(DRIVER_JAVA_OPTIONS, None)))
+    saved = {name: os.environ.get(name) for name in ("SPARK_CONF_DIR", SUBMIT_ARGS_VARIABLE)}
+    os.environ.update(launch.environment())
+    if launch.properties_file:
+        os.environ[SUBMIT_ARGS_VARIABLE] = f"--properties-file {shlex.quote(launch.properties_file)} {launch_args}"
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _quiet_loggers(session: SparkSession) -> None:

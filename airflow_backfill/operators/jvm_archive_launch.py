@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_backfill.engine.jvm_archive import archive_launch
+from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.hooks.spark_connection import driver_deploy_mode
-
-DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def start_driver_on_archive(operator: SparkSubmitOperator, conn_id: str) -> None:
