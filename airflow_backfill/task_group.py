@@ -98,6 +98,7 @@ def backfill_task_group(
     deferrable: bool | None = None,
     verify: bool = False,
     maintenance: bool | Mapping[str, Any] = False,
+    catch_up_driver_jit: str = "auto",
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
@@ -115,6 +116,8 @@ def backfill_task_group(
         key clustering, deletion-vector purge; it needs the MV's writer lock, which
         forward holds for as long as it runs): True, or the task's `MaintainMvOperator`
         options, e.g. `{"vacuum": True, "max_file_size": 64 << 20}`.
+    :param catch_up_driver_jit: the catch-up driver's JIT compiler, `auto`, `quick` or
+        `full` (see `LogStoreCatchUpOperator`).
     """
     job = as_job(job)
     group_id = group_id or job.name
@@ -136,7 +139,8 @@ def backfill_task_group(
         snapshot = SnapshotBackfillOperator(task_id="snapshot", epoch=XComArg(pin, key="pinned_epoch"),
                                             epochs=pinned_epochs, **common)
         catch_up = LogStoreCatchUpOperator(
-            task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **common
+            task_id="catch_up", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            driver_jit=catch_up_driver_jit, **common
         )
         wait = CaughtUpSensor(
             task_id="wait_caught_up", job=job, timeout=sensor_timeout,

@@ -7,9 +7,10 @@ hides that. For the Q1 aggregate and the stateless MV: the MV is snapshotted by
 pair is committed to lineitem, `spark-submit spark_jobs/catch_up.py` catches the MV up and
 `spark-submit bench/plain_recompute.py` recomputes it as a user's plain job would, both
 timed from the outside. Medians; the speed-up is plain over catch-up. The phases start on
-the JVM class archive when one is built, as the phase operators start them; the plain job
-starts as a user's would, and outside `--quick` once more on the archive, for the ratio
-of equal starts.
+the JVM class archive when one is built, and the catch-up with the JIT compiler the
+catch-up operator would choose (`driver_jit: auto`), as the phase operators start them;
+the plain job starts as a user's would, and outside `--quick` once more on the archive,
+for the ratio of equal starts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ import yaml
 
 from airflow_backfill import tpch
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.jvm_archive import archive_launch
+from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.engine.driver_jit import QUICK_JIT_OPTION, pending_change, quick_jit_suits
+from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS, archive_launch
+from airflow_backfill.job_input import as_job
 from bench.measure import median, stopwatch
 from bench.workload import LINEITEM_KEY, QUERIES
 
@@ -42,15 +46,22 @@ def submit_env() -> dict[str, str]:
     return env
 
 
-def spark_submit(parallelism: int, application: str, *arguments: str, on_archive: bool = False) -> float:
+def spark_submit(parallelism: int, application: str, *arguments: str, on_archive: bool = False,
+                 quick_jit: bool = False) -> float:
     """Run one spark-submit to completion; its wall time in seconds (an error when it fails).
 
     `on_archive` starts the driver on the JVM class archive as the phase operators do
-    (when `airflow-backfill jvm-archive` built one)."""
+    (when `airflow-backfill jvm-archive` built one); `quick_jit` with the quick JIT
+    compiler alone, as the catch-up operator does for a small change."""
     env = submit_env()
     launch = archive_launch(env) if on_archive else None
+    jit = QUICK_JIT_OPTION if quick_jit else None
+    if launch:
+        options = launch.submit_arguments(jit)
+    else:
+        options = ["--conf", f"{DRIVER_JAVA_OPTIONS}={jit}"] if jit else []
     command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", f"local[{parallelism}]",
-               *(launch.submit_arguments() if launch else []), application, *arguments]
+               *options, application, *arguments]
     if launch:
         env.update(launch.environment())
     with stopwatch() as elapsed:
@@ -78,6 +89,13 @@ def submitted_catch_up(work_dir: str, tables: tpch.TpchTables, args: argparse.Na
     return {"parallelism": args.backfill_parallelism, **{kind: _kind(work_dir, tables, args, kind) for kind in kinds}}
 
 
+def _catch_up_jit_is_quick(job_file: str) -> bool:
+    """The catch-up operator's `driver_jit: auto` choice for this job now."""
+    job = as_job(job_file)
+    watermark = read_watermark(job.target, job.app_id)
+    return watermark is not None and quick_jit_suits(pending_change({"source": job.source}, {"source": watermark}))
+
+
 def _kind(work_dir: str, tables: tpch.TpchTables, args: argparse.Namespace, kind: str) -> dict[str, Any]:
     """The phases on the JVM archive, as a DAG's tasks start them; the plain recompute as a
     user would start it, and (outside `--quick`, when there is an archive) on the archive
@@ -93,9 +111,11 @@ def _kind(work_dir: str, tables: tpch.TpchTables, args: argparse.Namespace, kind
     for _ in range(args.repeats):
         tpch.insert_new_orders(tables, args.seed)
         version = tpch.delete_old_orders(tables, args.seed).lineitem_version
-        catch_up_s = spark_submit(parallelism, phase.format("catch_up"), "--job", job_file, on_archive=on_archive)
+        quick_jit = _catch_up_jit_is_quick(job_file)
+        catch_up_s = spark_submit(parallelism, phase.format("catch_up"), "--job", job_file, on_archive=on_archive,
+                                  quick_jit=quick_jit)
         rounds = job_state.read_state(target).get("catch_up_rounds", [])
-        run = {"catch_up_s": catch_up_s,
+        run = {"catch_up_s": catch_up_s, "quick_jit": quick_jit,
                "plain_s": spark_submit(parallelism, *plain, "--version", str(version)),
                "round_s": round(sum(r.get("seconds", 0.0) for r in rounds), 3),
                "plans": [r.get("plan") for r in rounds]}

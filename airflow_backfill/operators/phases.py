@@ -21,12 +21,14 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
+from airflow_backfill.engine.driver_jit import AUTO, check_mode
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook, job_source
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
+from airflow_backfill.operators.driver_jit_launch import choose_driver_jit
 from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.overrides import group_overrides, job_overrides
@@ -134,6 +136,7 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
         start_driver_on_archive(self, self.spark_conn_id)
+        self.choose_jit(job)
         self.log.info("%s of job %s at parallelism %s: %s -> %s",
                       self.phase, job.name, parallelism, job_source(job), job.target)
         super().execute(context)
@@ -144,6 +147,9 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
             context["ti"].xcom_push(key=self.xcom_key, value=watermark)
         self.annotate_asset_events(context, job, watermark)
         self.after_commit(context, watermark)
+
+    def choose_jit(self, job: BackfillJob) -> None:
+        """Driver JIT options of this phase; the optimising compiler unless a phase says otherwise."""
 
     def object_store_conf(self, job: BackfillJob) -> dict[str, str]:
         """S3A settings for a job with an `aws_conn_id`; its credentials go to spark-submit's
@@ -246,10 +252,22 @@ class LogStoreCatchUpOperator(_PhaseOperator):
 
     Besides `caught_up_epoch`, pushes `handover_version`: the upstream version against
     which catch-up measured its final lag (the sensor's reference).
+
+    :param driver_jit: `auto` (default) starts the driver JVM with the quick JIT compiler
+        alone when the pending change is at most 1 % of the upstream's rows, where it cuts
+        a cold catch-up by about a quarter, and with the optimising one otherwise; `quick`
+        and `full` force either. Java options of the user's that choose the compiler win.
     """
 
     phase = "catch_up"
     xcom_key = "caught_up_epoch"
+
+    def __init__(self, *, driver_jit: str = AUTO, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.driver_jit = check_mode(driver_jit)
+
+    def choose_jit(self, job: BackfillJob) -> None:
+        choose_driver_jit(self, job, self.driver_jit)
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         from airflow_backfill.engine.job_state import read_state

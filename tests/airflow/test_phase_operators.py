@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from conftest import context_with
+from deltalake import write_deltalake
 from helpers_delta import write_mv_version
 
 from airflow_backfill.exceptions import BackfillConfigError
@@ -261,3 +262,52 @@ def test_a_phase_driver_starts_without_an_archive_when_none_is_built(job, submit
     LogStoreCatchUpOperator(task_id="catch_up", job=job).execute(context_with())
     assert "SPARK_CONF_DIR" not in submitted[0]["env"]
     assert "spark.driver.extraJavaOptions" not in submitted[0]["conf"]
+
+
+@pytest.fixture
+def no_archive(monkeypatch):
+    """Driver options without the JVM class archive's, whether or not the install built one."""
+    monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", "off")
+
+
+def small_upstream_change(tables: dict[str, str], job: BackfillJob, new_rows: int) -> None:
+    """An upstream of 100,000 rows the MV reflects (watermark 0), then `new_rows` new ones."""
+    def rows(first: int, count: int) -> pa.Table:
+        return pa.table({"order_id": pa.array(range(first, first + count), pa.int64()),
+                         "amount": pa.array([float(i % 613) for i in range(first, first + count)])})
+
+    write_deltalake(tables["source"], rows(0, 100_000), configuration={"delta.enableChangeDataFeed": "true"})
+    write_deltalake(tables["source"], rows(100_000, new_rows), mode="append")
+    write_mv_version(job.target, MV_ROWS, job.app_id, watermark=0)
+
+
+@pytest.mark.parametrize(("new_rows", "quick"), [(50, True), (20_000, False)])
+def test_a_catch_up_driver_gets_the_quick_jit_only_for_a_small_change(job, tables, submitted, no_archive,
+                                                                      new_rows, quick):
+    small_upstream_change(tables, job, new_rows)
+    LogStoreCatchUpOperator(task_id="catch_up", job=job, conf={"spark.driver.extraJavaOptions": "-Xss4m"}).execute(
+        context_with())
+    options = submitted[0]["conf"]["spark.driver.extraJavaOptions"]
+    assert ("-XX:TieredStopAtLevel=1" in options) is quick
+    assert options.startswith("-Xss4m")
+
+
+@pytest.mark.parametrize(("driver_jit", "user_options", "expected"), [
+    ("full", None, None),
+    ("quick", None, "-XX:TieredStopAtLevel=1"),
+    ("auto", "-XX:TieredStopAtLevel=4", "-XX:TieredStopAtLevel=4"),
+])
+def test_the_catch_up_jit_can_be_forced_and_the_users_own_choice_wins(
+        job, tables, submitted, no_archive, driver_jit, user_options, expected):
+    small_upstream_change(tables, job, 50)
+    conf = {} if user_options is None else {"spark.driver.extraJavaOptions": user_options}
+    LogStoreCatchUpOperator(task_id="catch_up", job=job, driver_jit=driver_jit, conf=conf).execute(context_with())
+    assert submitted[0]["conf"].get("spark.driver.extraJavaOptions") == expected
+
+
+def test_other_phases_keep_the_optimising_jit_and_a_bad_mode_is_refused(job, tables, submitted, no_archive):
+    small_upstream_change(tables, job, 50)
+    SnapshotBackfillOperator(task_id="snapshot", job=job).execute(context_with())
+    assert "spark.driver.extraJavaOptions" not in submitted[0]["conf"]
+    with pytest.raises(BackfillConfigError, match="driver_jit 'fast'"):
+        LogStoreCatchUpOperator(task_id="catch_up", job=job, driver_jit="fast")

@@ -1,0 +1,100 @@
+"""Which JIT compiler a phase's driver JVM starts with: the quick one for small catch-ups.
+
+A catch-up that applies a small change spends most of its seconds in code that runs a
+few times: Catalyst's rules over some forty small plans, Delta's commit protocol, Spark's
+generated classes for inputs of a few rows. HotSpot's tiered JIT profiles that code and
+compiles it again with its optimising compiler (C2), on the same two cores. Started with
+the quick compiler alone (`-XX:TieredStopAtLevel=1`), a cold catch-up of one TPC-H RF1 +
+RF2 pair at SF 1 takes 15.5 s instead of 21.7 s (docs/benchmarks.md). A round that
+rewrites or scans the whole MV runs its scan loops in the quick compiler's slower code
+(a recompute at SF 1 up to 12 % slower), so larger catch-ups keep the optimising one.
+
+Decided before spark-submit from the upstream's log alone (the change files' bytes since
+the MV's watermark), without Spark: the operator calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from airflow_backfill.exceptions import BackfillConfigError
+
+QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+AUTO, QUICK, FULL = "auto", "quick", "full"
+DRIVER_JIT_MODES = (AUTO, QUICK, FULL)
+SMALL_CHANGE_SHARE = 0.01
+"""A pending change of at most this share of the upstream's rows is a small catch-up."""
+MAX_EPOCHS_READ = 200
+"""More pending epochs than this count as a large change without reading their logs."""
+_USER_JIT_OPTIONS = ("-XX:TieredStopAtLevel", "-XX:-TieredCompilation", "-XX:+TieredCompilation", "-Xint")
+
+
+@dataclass(frozen=True)
+class PendingChange:
+    """The change a catch-up will apply, guessed from the upstreams' logs."""
+
+    change_rows: int | None
+    """Estimated change rows; None when too many epochs are pending to read their logs."""
+    upstream_rows: int
+
+    @property
+    def share(self) -> float | None:
+        if self.change_rows is None:
+            return None
+        return self.change_rows / self.upstream_rows if self.upstream_rows else 1.0
+
+    def describe(self) -> str:
+        if self.change_rows is None:
+            return f"more than {MAX_EPOCHS_READ} epochs pending"
+        share = self.share or 0.0
+        return f"about {self.change_rows} change rows, {share:.2%} of the upstream's {self.upstream_rows} rows"
+
+
+def check_mode(mode: str) -> str:
+    """`mode` when it is one of DRIVER_JIT_MODES; a clear error otherwise."""
+    if mode not in DRIVER_JIT_MODES:
+        raise BackfillConfigError(
+            f"driver_jit {mode!r} is not one of {', '.join(DRIVER_JIT_MODES)}: 'auto' starts a catch-up "
+            "driver with the quick JIT compiler when its pending change is small, 'quick' always, 'full' never")
+    return mode
+
+
+def pending_change(upstreams: Mapping[str, str], watermarks: Mapping[str, int] | None) -> PendingChange | None:
+    """What a catch-up from `watermarks` (each upstream's version, by name) will apply, from
+    the change files' bytes of the pending epochs and each upstream's bytes per row. None
+    before the snapshot (no watermark)."""
+    from airflow_backfill.engine.delta.key_range import table_rows
+    from airflow_backfill.engine.delta.log import latest_version
+    from airflow_backfill.engine.round_planner import estimated_change_rows
+
+    if watermarks is None:
+        return None
+    change_rows: int | None = 0
+    upstream_rows = 0
+    for name, uri in upstreams.items():
+        latest = latest_version(uri)
+        rows = table_rows(uri)
+        upstream_rows += rows
+        pending = latest - watermarks[name]
+        if pending > MAX_EPOCHS_READ:
+            change_rows = None
+        elif pending > 0 and change_rows is not None:
+            change_rows += estimated_change_rows(uri, watermarks[name], latest, rows)
+    return PendingChange(change_rows, upstream_rows)
+
+
+def quick_jit_suits(change: PendingChange | None) -> bool:
+    """True when the pending change is known and small."""
+    share = None if change is None else change.share
+    return share is not None and share <= SMALL_CHANGE_SHARE
+
+
+def sets_own_jit(java_options: str | None) -> bool:
+    """True when the user's driver options already choose the JIT compilers."""
+    return any(option in (java_options or "") for option in _USER_JIT_OPTIONS)
+
+
+def with_quick_jit(java_options: str | None) -> str:
+    """`java_options` with the quick compiler alone added."""
+    return " ".join(part for part in ((java_options or "").strip(), QUICK_JIT_OPTION) if part)

@@ -1,0 +1,51 @@
+"""Start a catch-up's driver JVM with the quick JIT compiler when its change is small.
+
+See airflow_backfill/engine/driver_jit.py for why and the measured figures. The choice is
+made in the task before spark-submit, from the upstreams' logs (no Spark); the user's own
+JIT options in `spark.driver.extraJavaOptions` always win.
+"""
+
+from __future__ import annotations
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from airflow_backfill.engine.driver_jit import (
+    AUTO,
+    FULL,
+    pending_change,
+    quick_jit_suits,
+    sets_own_jit,
+    with_quick_jit,
+)
+from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS
+from airflow_backfill.hooks.delta import DeltaBackfillHook
+from airflow_backfill.job import BackfillJob
+
+
+def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob, mode: str) -> None:
+    """Add the quick compiler to the operator's driver options when `mode` asks for it, or
+    under `auto` when the pending change is small; log the choice and what it rests on."""
+    conf = dict(operator.conf or {})
+    options = conf.get(DRIVER_JAVA_OPTIONS)
+    if mode == FULL:
+        return
+    if sets_own_jit(options):
+        operator.log.info("driver JIT: the options in %s choose it", DRIVER_JAVA_OPTIONS)
+        return
+    if mode == AUTO:
+        hook = DeltaBackfillHook.for_job(job)
+        try:
+            change = pending_change(hook.upstreams, hook.watermarks())
+        except Exception as error:  # an estimate must never fail the task: the driver reports real errors
+            operator.log.warning("driver JIT: the pending change could not be estimated (%s); "
+                                 "the driver keeps the optimising compiler", error)
+            return
+        if change is None or not quick_jit_suits(change):
+            operator.log.info("driver JIT: optimising compiler (%s)",
+                              "no watermark yet" if change is None else change.describe())
+            return
+        operator.log.info("driver JIT: the quick compiler alone, for a small catch-up (%s)", change.describe())
+    else:
+        operator.log.info("driver JIT: the quick compiler alone (driver_jit='quick')")
+    conf[DRIVER_JAVA_OPTIONS] = with_quick_jit(options)
+    operator.conf = conf
