@@ -232,6 +232,7 @@ def test_quick_benchmark_reports_rounds_against_a_plain_recompute(tmp_path: Path
     for kind in ("stateless",):  # each side its own spark-submit, as a DAG runs it
         submitted = result["submit"][kind]
         assert len(submitted["runs"]) == 1 and submitted["runs"][0]["plans"], submitted
+        assert submitted["runs"][0]["quick_jit"] is True  # one refresh pair: a small change
         assert submitted["speedup"] == round(submitted["plain_median_s"] / submitted["catch_up_median_s"], 2)
     assert {"catch_up p2", "refresh p2"} <= set(result["memory"])
     assert "refresh" in stdout

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
+from airflow_backfill.engine.delta.commits import append
 from airflow_backfill.engine.delta.log import METADATA_PREFIX, table_exists
 
 if TYPE_CHECKING:
@@ -21,14 +21,4 @@ def append_commit(df: DataFrame, uri: str, app_id: str, txn_version: int, metada
     MV (a join among them) can then follow it.
     """
     user_metadata = json.dumps({f"{METADATA_PREFIX}{key}": value for key, value in metadata.items()}, sort_keys=True)
-    writer = (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", app_id)
-        .option("txnVersion", str(txn_version))
-        .option("userMetadata", user_metadata)
-    )
-    if not table_exists(uri):
-        for key, value in TABLE_PROPERTIES.items():
-            writer = writer.option(key, value)
-    writer.save(uri)
+    append(df, uri, app_id=app_id, version=txn_version, user_metadata=user_metadata, create=not table_exists(uri))
