@@ -164,7 +164,23 @@ def test_a_round_refuses_an_mv_whose_vector_disagrees_with_its_watermark(spark, 
     assert DeltaTable(job.target).version() == before
 
 
-def test_a_repeated_upstream_key_refuses_the_snapshot_and_leaves_no_mv(spark, tmp_path):
+def test_a_stateless_join_read_in_one_chunk_is_created_in_one_commit(spark, tmp_path):
+    tables = create_all(str(tmp_path), seed=26)
+    job = join_job(tables, str(tmp_path / "mv"), STATELESS)
+    assert run_snapshot(spark, job).chunks_run == 1
+    assert len(DeltaTable(job.target).history()) == 1, "no chunk commit and no separate watermark commit"
+    (snapshot,) = mv_commits(job.target)
+    assert snapshot["airflow_backfill.phase"] == "snapshot" and snapshot["airflow_backfill.chunks"] == "1"
+    assert int(snapshot["airflow_backfill.rows"]) == spark.read.format("delta").load(job.target).count() > 0
+    rng = random.Random(26)
+    random_epoch(tables["orders"], rng)
+    random_epoch(tables["items"], rng)
+    run_catch_up(spark, job)
+    assert_every_join_commit_matches(uris(tables), job.target, STATELESS, job.app_id, key=["i_order", "i_line"])
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 1], ids=["one commit", "chunk commits"])
+def test_a_repeated_upstream_key_refuses_the_snapshot_and_leaves_no_mv(spark, tmp_path, chunk_bytes):
     tables = create_all(str(tmp_path), seed=25, names=("orders", "items"))
     orders = tables["orders"]
     joined = next(row for row in orders.rows.values()
@@ -174,5 +190,5 @@ def test_a_repeated_upstream_key_refuses_the_snapshot_and_leaves_no_mv(spark, tm
     job = join_job(tables, str(tmp_path / "mv"), "SELECT i.i_order, i.i_line, o.o_status FROM items i "
                    "JOIN orders o ON i.i_order = o.o_id")
     with pytest.raises(UpstreamError, match=r"the join holds MV key i_order=\d+, i_line=\d+ 2 times at versions"):
-        run_snapshot(spark, job)
+        run_snapshot(spark, job, **({} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}))
     assert [name for name in os.listdir(job.target) if name != "_airflow_backfill"] == []

@@ -107,13 +107,14 @@ def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], 
 
 
 def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: frozenset[int] = frozenset(),
-         semi_join: bool = True, cached: list[DataFrame] | None = None) -> DataFrame:
+         semi_join: bool = True, bounded: bool = True, cached: list[DataFrame] | None = None) -> DataFrame:
     """`rows` (flat columns of table `start`, plus any carried columns) joined with every
     other table except `skip`, along the tree. The columns of `skip` are NULL (rows in
     which those tables are padded). Intermediate results are cached into `cached` (each
     is read twice: for the next table's bounds and for its join). Without `semi_join` (a
     snapshot chunk, large and not cached) only the tables next to `start` get bounds:
-    bounds further out would recompute the joins so far."""
+    bounds further out would recompute the joins so far. Without `bounded` none do (rows
+    that span every key would pay a scan for bounds that skip nothing)."""
     current, included, queue = rows, {start}, [start]
     while queue:
         here = queue.pop(0)
@@ -128,7 +129,8 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
             keys = current.select(*(quote(c) for c in here_columns)).distinct() if semi_join \
                 else current.select(*(quote(c) for c in here_columns))
             other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
-                               semi_join=semi_join, bounded=(semi_join or here == start) and read.skippable(there))
+                               semi_join=semi_join,
+                               bounded=bounded and (semi_join or here == start) and read.skippable(there))
             condition = _equal(here_columns, [flat_column(plan.tables[there].name, c) for _, c in pairs])
             current = current.join(other, condition, "inner" if kind == INNER else "left")
             included.add(there)

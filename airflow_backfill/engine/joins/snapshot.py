@@ -10,18 +10,24 @@ in one idempotent commit per chunk, as a one-upstream snapshot does
 (`phases/snapshot.py`, whose chunk, progress and commit steps this reuses). The last
 commit records the vector (`watermarks`). A stateless join's MV key rests on the
 upstreams' keys: before that commit, the chunks written are proved to hold each MV key
-once (`verify_primary_key`), or removed.
+once (`verify_primary_key`), or removed. A stateless join read in one chunk skips the
+chunk commit: its rows are cached, proved and written once, in the commit that creates
+the MV with the vector.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.control import effective_settings
+from airflow_backfill.engine.delta.commits import CommitInfo, append
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
+from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins.relation import flat_rows, flat_schema, reader, walk
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
 from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
@@ -43,7 +49,13 @@ from airflow_backfill.engine.phases.snapshot_chunks import (
     list_data_files,
     plan_chunks,
 )
-from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, discard_progress, load_progress
+from airflow_backfill.engine.phases.snapshot_progress import (
+    DoneChunk,
+    SnapshotProgress,
+    discard_progress,
+    load_progress,
+    save_progress,
+)
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
@@ -109,10 +121,18 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
     log.info("snapshot of the join at versions %s: %s chunks of %s (%s already done), %s rows in %s files",
              vector, len(chunks), plan.tables[chunked].name, len(progress.done), progress.rows_total,
              progress.files_total)
-    chunks_run = _run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
-                             lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked))
-    _prove_mv_key(spark, job, plan, vector)
-    rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema, vector_metadata(job, vector))
+    if _in_one_commit(plan, chunks, progress, chunk_bytes):
+        rows_out = _create_in_one_commit(
+            spark, job, plan, vector, progress, parallelism,
+            chunk_source(spark, plan, read, info, chunks[0], chunked, bounded=False))
+        chunks_run = 1
+    else:
+        chunks_run = _run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
+                                 lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked,
+                                                            bounded=len(chunks) > 1))
+        _prove_mv_key(spark, job, plan, vector)
+        rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema,
+                                    vector_metadata(job, vector))
     seconds = time.monotonic() - started
     job_state.update_state(job.target, phase=PHASE, snapshot_epoch=vector_sum(vector), snapshot_epochs=vector,
                            snapshot_rows=rows_out, snapshot_seconds=round(seconds, 3))
@@ -155,6 +175,46 @@ def _chunked_table(plan: JoinPlan, upstreams: Mapping[str, UpstreamInfo]) -> int
     return max(plan.core(), key=lambda index: (size(index), -index))
 
 
+def _in_one_commit(plan: JoinPlan, chunks: list[Chunk], progress: SnapshotProgress, chunk_bytes: int) -> bool:
+    """Whether a stateless join's snapshot is one chunk small enough to hold in Spark's
+    cache, with no chunk written yet: its rows are then proved and written once, in the
+    commit that creates the MV with its watermark."""
+    return (plan.flat.aggregate is None and len(chunks) == 1 and not progress.done
+            and chunks[0].size <= chunk_bytes)
+
+
+def _create_in_one_commit(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int],
+                          progress: SnapshotProgress, parallelism: int | None, source: DataFrame) -> int:
+    """The MV from its only chunk in one commit that also records the watermark: the rows
+    are cached, their MV key proved and counted before anything is written, so neither a
+    chunk commit nor a second commit for the watermark is needed (each costs Delta a
+    state rebuild of the new table, 1 - 1.5 s of a 3 s snapshot at SF 1). The commit is
+    idempotent by the MV's own app transaction; a run killed before it left nothing."""
+    settings = effective_settings(job, parallelism)
+    started = time.monotonic()
+    rows = apply_query(spark, source, plan.flat.query).cache()
+    try:
+        if job.verify_primary_key:
+            _refuse_repeated_key(job, plan, vector, rows.select(*(quote(c) for c in plan.mv_key)))
+        count = rows.count()
+        metadata = {"chunks": "1", "chunk_parallelism": str(settings.backfill_parallelism),
+                    **vector_metadata(job, vector)}
+        info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=settings.backfill_parallelism, rows=count,
+                          extra=metadata)
+        append(rows.coalesce(settings.backfill_parallelism), job.target, app_id=job.app_id, version=progress.epoch,
+               user_metadata=info.user_metadata(job), create=True)
+    finally:
+        rows.unpersist()
+    progress.done[0] = DoneChunk(index=0, rows_in=progress.rows_total, rows_out=count,
+                                 seconds=round(time.monotonic() - started, 3),
+                                 parallelism=settings.backfill_parallelism, run_id=uuid.uuid4().hex[:12],
+                                 bytes_in=progress.bytes_total)
+    save_progress(job.target, progress)
+    log.info("created join MV %s at versions %s with %s rows in one commit", job.target, dict(vector), count)
+    maybe_crash(PHASE, "after_commit")
+    return count
+
+
 def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int]) -> None:
     """Refuse a stateless join whose chunks hold an MV key twice, before the commit that
     would create the MV (its chunks are then removed: no MV is left behind).
@@ -173,10 +233,17 @@ def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector:
     if not exists(job.target):
         return  # no chunk wrote a row
     keys = spark.read.format("delta").load(job.target).select(*(quote(c) for c in plan.mv_key))
+    _refuse_repeated_key(job, plan, vector, keys)
+
+
+def _refuse_repeated_key(job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int], keys: DataFrame) -> None:
+    """Raise when `keys` (the MV key columns of the join's rows) hold a key twice, after
+    removing the chunks written so far and the snapshot's progress."""
     duplicate = duplicate_key(keys, plan.mv_key)
     if duplicate is None:
         return
-    discard_uncreated_mv(job.target)
+    if exists(job.target):
+        discard_uncreated_mv(job.target)
     discard_progress(job.target)
     key, count = duplicate
     held = ", ".join(f"{column}={value}" for column, value in key.items())
@@ -185,7 +252,9 @@ def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector:
 
 
 def chunk_source(spark: SparkSession, plan: JoinPlan, read: Reader, info: UpstreamInfo, chunk: Chunk,
-                 chunked: int) -> DataFrame:
+                 chunked: int, *, bounded: bool = True) -> DataFrame:
     """The flat relation of one chunk: its rows joined with the other upstreams, each read
-    over the range of join keys the chunk holds."""
-    return walk(plan, chunked, flat_rows(read_files(spark, info, chunk), plan, chunked), read, semi_join=False)
+    over the range of join keys the chunk holds (not `bounded`: the only chunk, whose range
+    is every key, so the scan for it is skipped)."""
+    return walk(plan, chunked, flat_rows(read_files(spark, info, chunk), plan, chunked), read, semi_join=False,
+                bounded=bounded)
