@@ -10,9 +10,9 @@ in one idempotent commit per chunk, as a one-upstream snapshot does
 (`phases/snapshot.py`, whose chunk, progress and commit steps this reuses). The last
 commit records the vector (`watermarks`). A stateless join's MV key rests on the
 upstreams' keys: before that commit, the chunks written are proved to hold each MV key
-once (`verify_primary_key`), or removed. A stateless join read in one chunk skips the
-chunk commit: its rows are cached, proved and written once, in the commit that creates
-the MV with the vector.
+once (`verify_primary_key`), or removed. A stateless join with a WHERE read in one chunk
+skips the chunk commit: its rows are cached, proved and written once, in the commit that
+creates the MV with the vector.
 """
 
 from __future__ import annotations
@@ -176,10 +176,11 @@ def _chunked_table(plan: JoinPlan, upstreams: Mapping[str, UpstreamInfo]) -> int
 
 
 def _in_one_commit(plan: JoinPlan, chunks: list[Chunk], progress: SnapshotProgress, chunk_bytes: int) -> bool:
-    """Whether a stateless join's snapshot is one chunk small enough to hold in Spark's
-    cache, with no chunk written yet: its rows are then proved and written once, in the
-    commit that creates the MV with its watermark."""
-    return (plan.flat.aggregate is None and len(chunks) == 1 and not progress.done
+    """Whether a stateless join's snapshot is one chunk, with no chunk written yet, whose
+    query keeps only some rows (a WHERE): its rows are then cached, proved and written
+    once, in the commit that creates the MV with its watermark. Caching every row of an
+    unfiltered join costs more than the commit it saves (docs/benchmarks.md)."""
+    return (plan.flat.aggregate is None and plan.flat.filters_rows and len(chunks) == 1 and not progress.done
             and chunks[0].size <= chunk_bytes)
 
 
