@@ -65,6 +65,18 @@ def test_maintenance_options_reach_the_maintain_task(job):
             backfill_task_group(job, group_id="orders", maintenance={"max_file_size": 0})
 
 
+def test_the_catch_up_driver_jit_reaches_the_catch_up_task_only(job):
+    with DAG("j", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        backfill_task_group(job, group_id="orders")
+        backfill_task_group(job, group_id="full", catch_up_driver_jit="full")
+    tasks = {task.task_id: task for task in dag.tasks}
+    assert (tasks["orders.catch_up"].driver_jit, tasks["full.catch_up"].driver_jit) == ("auto", "full")
+    assert not hasattr(tasks["full.forward"], "driver_jit")
+    with DAG("bad", schedule=None, start_date=pendulum.datetime(2026, 1, 1)):
+        with pytest.raises(BackfillConfigError, match="driver_jit 'C1' is not one of auto, quick, full"):
+            backfill_task_group(job, group_id="orders", catch_up_driver_jit="C1")
+
+
 def test_an_mv_on_an_mv_starts_once_the_first_is_caught_up_not_after_its_forward(job, tmp_path):
     downstream = BackfillJob(name="totals", source=job.target, target=str(tmp_path / "totals"),
                              query="SELECT order_id, amount FROM source", primary_key=["order_id"])
