@@ -185,19 +185,30 @@ def test_a_crash_between_the_state_and_mv_commits_is_recovered(spark, tables, mo
     check(upstream, job, ["g"])
 
 
-def test_a_snapshot_that_crashed_after_its_state_commit_is_redone(spark, tables, monkeypatch):
+@pytest.mark.parametrize("chunked", [False, True], ids=["one chunk", "three chunks"])
+def test_a_snapshot_that_crashed_after_its_state_commit_is_redone(spark, tables, monkeypatch, chunked):
     upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g="b", x=2, s="q")])
+    if chunked:  # two more files: a chunk each at chunk_bytes=1
+        for rows in ([row(g="a", x=3, s="p")], [row(g=None, x=-4, s="q")]):
+            batch = [{"id": upstream.next_id + i, **r} for i, r in enumerate(rows)]
+            upstream.next_id += len(rows)
+            write_deltalake(upstream.uri, pa.Table.from_pylist(batch, schema=SCHEMA), mode="append")
+    options = {"chunk_bytes": 1} if chunked else {}
     job = job_for(tables, ALL)
     crash_at(monkeypatch, aggregate_snapshot, "after_state_commit")
     with pytest.raises(Killed):
-        run_snapshot(spark, job)
+        run_snapshot(spark, job, **options)
     assert not os.path.isdir(os.path.join(job.target, "_delta_log")), "a half snapshot is visible"
-    assert DeltaTable(state_uri(job.target)).transaction_version(job.app_id) == 0
+    assert DeltaTable(state_uri(job.target)).transaction_version(job.app_id) == DeltaTable(upstream.uri).version()
     monkeypatch.undo()
+    pinned = DeltaTable(upstream.uri).version()
     apply_epoch(upstream, [("insert", 0, row(g="a", x=5, s="r"))])
-    result = run_snapshot(spark, job)
-    assert result.chunks_run == 0  # the pinned epoch's chunk partials were reused
-    assert watermarks(job) == (0, 0)
+    result = run_snapshot(spark, job, **options)
+    # three chunks: their partial states were committed and are reused; one chunk: its
+    # partial state went straight to the state table, so the chunk is read again
+    assert result.chunks_run == (0 if chunked else 1)
+    assert not os.path.isdir(partials_uri(job.target))
+    assert watermarks(job) == (pinned, pinned)
     run_catch_up(spark, job)
     check(upstream, job, ["g"])
 

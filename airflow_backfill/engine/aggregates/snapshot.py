@@ -57,17 +57,18 @@ def chunk_query(plan: QueryPlan) -> str:
 
 def commit_aggregate_snapshot(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream_struct: StructType, mv_schema: StructType,
-    info: CommitInfo,
+    info: CommitInfo, partials: DataFrame | None = None,
 ) -> int:
     """Create the state table and the MV at the snapshot's epoch (`upstream_struct`: the
-    schema of the query's `source`); returns the MV's rows."""
+    schema of the query's `source`); returns the MV's rows. `partials`: the partial state
+    of a snapshot's only chunk, combined directly instead of from the partials table."""
     aggregate = plan.aggregate
     if aggregate is None:
         raise TypeError("an aggregate plan is required")
     state_schema = analyse(spark, upstream_struct, aggregate_sql.state_sql(aggregate))
     # Cached: the MV is computed from the rows just written rather than from the new state
     # table read back through Delta, whose first read rebuilds its state (about 0.6 s).
-    state = cast_to(_combine(spark, plan, upstream_struct, job.target), state_schema).cache()
+    state = cast_to(_combine(spark, plan, upstream_struct, job.target, partials), state_schema).cache()
     mv_rows = None
     try:
         if discard_state(job.target):
@@ -92,14 +93,15 @@ def commit_aggregate_snapshot(
     return rows
 
 
-def _combine(spark: SparkSession, plan: QueryPlan, upstream: StructType, target: str) -> DataFrame:
-    """The whole upstream's state from the chunks' partial states."""
+def _combine(spark: SparkSession, plan: QueryPlan, upstream: StructType, target: str,
+             partials: DataFrame | None = None) -> DataFrame:
+    """The whole upstream's state from the chunks' partial states (`partials`, else the
+    partials table)."""
     aggregate = plan.aggregate
     assert aggregate is not None
-    uri = partials_uri(target)
-    if table_exists(uri):
-        partials = spark.read.format("delta").load(uri)
-    else:
-        partials = spark.createDataFrame([], analyse(spark, upstream, chunk_query(plan)))
+    if partials is None:
+        uri = partials_uri(target)
+        partials = spark.read.format("delta").load(uri) if table_exists(uri) \
+            else spark.createDataFrame([], analyse(spark, upstream, chunk_query(plan)))
     partials.createOrReplaceTempView(_PARTIALS)
     return spark.sql(aggregate_sql.combine_sql(aggregate, _PARTIALS))

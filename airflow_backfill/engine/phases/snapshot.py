@@ -157,9 +157,16 @@ def _snapshot(
         "snapshot of %s at epoch %s: %s chunks (%s already done), %s rows in %s files",
         job.source, upstream.version, len(chunks), len(progress.done), progress.rows_total, progress.files_total,
     )
-    chunks_run = _run_chunks(spark, job, plan, chunks, progress, parallelism, started,
-                             lambda chunk: read_files(spark, upstream, chunk))
-    rows = _commit_snapshot(spark, job, plan, progress, from_arrow_schema(upstream.schema), output_schema)
+    partials = None
+    if aggregate_in_one_chunk(plan, chunks, progress):
+        partials = only_chunk_partials(spark, job, plan, chunks[0], progress, parallelism,
+                                       read_files(spark, upstream, chunks[0]))
+        chunks_run = 1
+    else:
+        chunks_run = _run_chunks(spark, job, plan, chunks, progress, parallelism, started,
+                                 lambda chunk: read_files(spark, upstream, chunk))
+    rows = _commit_snapshot(spark, job, plan, progress, from_arrow_schema(upstream.schema), output_schema,
+                            partials=partials)
     seconds = time.monotonic() - started
     job_state.update_state(
         job.target, phase=PHASE, snapshot_epoch=upstream.version, snapshot_rows=rows,
@@ -289,6 +296,27 @@ def _run_chunk(
     pace(chunk.rows, time.monotonic() - started, settings.rate_limit)
 
 
+def aggregate_in_one_chunk(plan: QueryPlan, chunks: list[Chunk], progress: SnapshotProgress) -> bool:
+    """Whether an aggregate's snapshot is one chunk with nothing written yet: its partial
+    state then goes straight into the state table, without the partials table (one Delta
+    table created, written and read back less; a run killed before the state commit left
+    nothing, so the rerun starts the chunk again)."""
+    return plan.aggregate is not None and len(chunks) == 1 and not progress.done
+
+
+def only_chunk_partials(spark: SparkSession, job: BackfillJob, plan: QueryPlan, chunk: Chunk,
+                        progress: SnapshotProgress, parallelism: int | None, source: DataFrame) -> DataFrame:
+    """The partial state of the snapshot's only chunk (lazy), recorded in `progress` as done
+    for the commit's metadata; the progress is saved once the MV is committed."""
+    wait_while_paused(job)
+    settings = effective_settings(job, parallelism)
+    progress.done[chunk.index] = DoneChunk(
+        index=chunk.index, rows_in=chunk.rows, rows_out=0, seconds=0.0, parallelism=settings.backfill_parallelism,
+        run_id=uuid.uuid4().hex[:12], bytes_in=chunk.size,
+    )
+    return apply_query(spark, source, chunk_query(plan))
+
+
 def _run_chunks(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, chunks: list[Chunk], progress: SnapshotProgress,
     parallelism: int | None, started: float, source: Callable[[Chunk], DataFrame],
@@ -321,19 +349,22 @@ def _log_progress(progress: SnapshotProgress, started: float) -> None:
 
 def _commit_snapshot(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, progress: SnapshotProgress, source: StructType,
-    schema: StructType, metadata: Mapping[str, str] | None = None,
+    schema: StructType, metadata: Mapping[str, str] | None = None, partials: DataFrame | None = None,
 ) -> int:
     """Record watermark `E` on the MV (the commit that makes it exist for readers).
 
     `source`: the schema of the query's `source`; `metadata`: more commit metadata (a
-    join's upstreams and vector)."""
+    join's upstreams and vector); `partials`: an aggregate's only chunk's partial state
+    (`only_chunk_partials`), else the partials table holds the chunks'."""
     done = [progress.done[index] for index in sorted(progress.done)]
     parallelism = done[-1].parallelism if done else job.backfill_parallelism
     extra = {"chunks": str(len(done)), "chunk_parallelism": ",".join(str(c.parallelism) for c in done),
              **(metadata or {})}
     if plan.aggregate is not None:
         info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=0, extra=extra)
-        rows = commit_aggregate_snapshot(spark, job, plan, source, schema, info)
+        rows = commit_aggregate_snapshot(spark, job, plan, source, schema, info, partials)
+        if partials is not None:
+            save_progress(job.target, progress)
         maybe_crash(PHASE, "after_commit")
         return rows
     rows = sum(chunk.rows_out for chunk in done)
