@@ -28,6 +28,12 @@ def append_orders(uri: str, first: int, count: int) -> None:
     write_deltalake(uri, batch, mode="append", configuration={"delta.enableChangeDataFeed": "true"})
 
 
+@pytest.fixture(autouse=True)
+def by_share_alone(monkeypatch):
+    """Judge these small tables by the change's share, as a large upstream would be."""
+    monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", 0)
+
+
 @pytest.fixture
 def upstream(tmp_path) -> str:
     """Version 0: BASE_ROWS rows."""
@@ -50,6 +56,14 @@ def test_a_tenth_of_the_table_is_a_large_change(upstream):
     append_orders(upstream, BASE_ROWS, BASE_ROWS // 10)
     change = pending_change({"source": upstream}, {"source": 0})
     assert change is not None and not quick_jit_suits(change)
+
+
+def test_any_change_of_a_small_upstream_is_small(upstream, monkeypatch):
+    append_orders(upstream, BASE_ROWS, BASE_ROWS // 10)
+    change = pending_change({"source": upstream}, {"source": 0})
+    assert not quick_jit_suits(change)
+    monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", BASE_ROWS + BASE_ROWS // 10)
+    assert quick_jit_suits(change)
 
 
 def test_nothing_pending_is_a_small_change(upstream):

@@ -7,7 +7,8 @@ compiles it again with its optimising compiler (C2), on the same two cores. Star
 the quick compiler alone (`-XX:TieredStopAtLevel=1`), a cold catch-up of one TPC-H RF1 +
 RF2 pair at SF 1 takes 15.5 s instead of 21.7 s (docs/benchmarks.md). A round that
 rewrites or scans the whole MV runs its scan loops in the quick compiler's slower code
-(a recompute at SF 1 up to 12 % slower), so larger catch-ups keep the optimising one.
+(a recompute at SF 1 up to 12 % slower), so larger catch-ups of large upstreams keep the
+optimising one.
 
 Decided before spark-submit from the upstream's log alone (the change files' bytes since
 the MV's watermark), without Spark: the operator calls it.
@@ -25,6 +26,10 @@ AUTO, QUICK, FULL = "auto", "quick", "full"
 DRIVER_JIT_MODES = (AUTO, QUICK, FULL)
 SMALL_CHANGE_SHARE = 0.01
 """A pending change of at most this share of the upstream's rows is a small catch-up."""
+SMALL_UPSTREAM_ROWS = 1_000_000
+"""Upstreams of at most this many rows make every catch-up small: even a recompute reads
+them in about a second, so the quick compiler's slower loops cannot cost what it saves
+(and the byte-based estimate overshoots on small files, whose Parquet overhead dominates)."""
 MAX_EPOCHS_READ = 200
 """More pending epochs than this count as a large change without reading their logs."""
 _USER_JIT_OPTIONS = ("-XX:TieredStopAtLevel", "-XX:-TieredCompilation", "-XX:+TieredCompilation", "-Xint")
@@ -85,8 +90,12 @@ def pending_change(upstreams: Mapping[str, str], watermarks: Mapping[str, int] |
 
 
 def quick_jit_suits(change: PendingChange | None) -> bool:
-    """True when the pending change is known and small."""
-    share = None if change is None else change.share
+    """True when the pending change is known and small, or the upstreams are."""
+    if change is None:
+        return False
+    if change.upstream_rows <= SMALL_UPSTREAM_ROWS:
+        return True
+    share = change.share
     return share is not None and share <= SMALL_CHANGE_SHARE
 
 

@@ -254,9 +254,10 @@ class LogStoreCatchUpOperator(_PhaseOperator):
     which catch-up measured its final lag (the sensor's reference).
 
     :param driver_jit: `auto` (default) starts the driver JVM with the quick JIT compiler
-        alone when the pending change is at most 1 % of the upstream's rows, where it cuts
-        a cold catch-up by about a quarter, and with the optimising one otherwise; `quick`
-        and `full` force either. Java options of the user's that choose the compiler win.
+        alone when the pending change is at most 1 % of the upstream's rows, or the
+        upstream holds at most a million rows, where it cuts a cold catch-up by about a
+        quarter, and with the optimising one otherwise; `quick` and `full` force either.
+        Java options of the user's that choose the compiler win.
     """
 
     phase = "catch_up"

@@ -266,8 +266,12 @@ def test_a_phase_driver_starts_without_an_archive_when_none_is_built(job, submit
 
 @pytest.fixture
 def no_archive(monkeypatch):
-    """Driver options without the JVM class archive's, whether or not the install built one."""
+    """Driver options without the JVM class archive's, whether or not the install built one;
+    the upstream judged by the change's share, as a large one would be."""
+    from airflow_backfill.engine import driver_jit
+
     monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", "off")
+    monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", 0)
 
 
 def small_upstream_change(tables: dict[str, str], job: BackfillJob, new_rows: int) -> None:
