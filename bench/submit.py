@@ -26,8 +26,13 @@ import yaml
 from airflow_backfill import tpch
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.log import read_watermark
-from airflow_backfill.engine.driver_jit import QUICK_JIT_OPTION, pending_change, quick_jit_suits
-from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS, archive_launch
+from airflow_backfill.engine.driver_jit import (
+    DRIVER_DEFAULT_JAVA_OPTIONS,
+    QUICK_JIT_OPTION,
+    pending_change,
+    quick_jit_suits,
+)
+from airflow_backfill.engine.jvm_archive import archive_launch
 from airflow_backfill.job_input import as_job
 from bench.measure import median, stopwatch
 from bench.workload import LINEITEM_KEY, QUERIES
@@ -55,11 +60,9 @@ def spark_submit(parallelism: int, application: str, *arguments: str, on_archive
     compiler alone, as the catch-up operator does for a small change."""
     env = submit_env()
     launch = archive_launch(env) if on_archive else None
-    jit = QUICK_JIT_OPTION if quick_jit else None
-    if launch:
-        options = launch.submit_arguments(jit)
-    else:
-        options = ["--conf", f"{DRIVER_JAVA_OPTIONS}={jit}"] if jit else []
+    options = launch.submit_arguments() if launch else []
+    if quick_jit:
+        options += ["--conf", f"{DRIVER_DEFAULT_JAVA_OPTIONS}={QUICK_JIT_OPTION}"]
     command = [os.path.join(os.path.dirname(sys.executable), "spark-submit"), "--master", f"local[{parallelism}]",
                *options, application, *arguments]
     if launch:

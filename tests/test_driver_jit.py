@@ -97,5 +97,5 @@ def test_modes_and_options():
         check_mode("fast")
     assert with_quick_jit("-Xss4m ") == f"-Xss4m {QUICK_JIT_OPTION}"
     assert with_quick_jit(None) == QUICK_JIT_OPTION
-    assert sets_own_jit("-Xss4m -XX:TieredStopAtLevel=4") and sets_own_jit("-XX:-TieredCompilation")
-    assert not sets_own_jit("-Xss4m") and not sets_own_jit(None)
+    assert sets_own_jit("-Xss4m -XX:TieredStopAtLevel=4") and sets_own_jit(None, "-XX:-TieredCompilation")
+    assert not sets_own_jit("-Xss4m", None) and not sets_own_jit(None)

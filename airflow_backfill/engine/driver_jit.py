@@ -22,6 +22,10 @@ from dataclasses import dataclass
 from airflow_backfill.exceptions import BackfillConfigError
 
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
+DRIVER_DEFAULT_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+"""Where the quick compiler goes: beside `spark.driver.extraJavaOptions` (the user's and the
+class archive's), so each `--conf` value in the logged spark-submit command stays one word
+and the command can be pasted into a shell."""
 AUTO, QUICK, FULL = "auto", "quick", "full"
 DRIVER_JIT_MODES = (AUTO, QUICK, FULL)
 SMALL_CHANGE_SHARE = 0.01
@@ -99,9 +103,9 @@ def quick_jit_suits(change: PendingChange | None) -> bool:
     return share is not None and share <= SMALL_CHANGE_SHARE
 
 
-def sets_own_jit(java_options: str | None) -> bool:
+def sets_own_jit(*java_options: str | None) -> bool:
     """True when the user's driver options already choose the JIT compilers."""
-    return any(option in (java_options or "") for option in _USER_JIT_OPTIONS)
+    return any(option in (options or "") for options in java_options for option in _USER_JIT_OPTIONS)
 
 
 def with_quick_jit(java_options: str | None) -> str:

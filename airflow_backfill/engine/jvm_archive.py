@@ -124,10 +124,10 @@ class ArchiveLaunch:
         """`spark.driver.extraJavaOptions` with the archive added to the user's options."""
         return " ".join(part for part in (existing or "", f"-XX:SharedArchiveFile={self.archive}") if part)
 
-    def submit_arguments(self, java_options: str | None = None) -> list[str]:
+    def submit_arguments(self) -> list[str]:
         """spark-submit options for a command line without its own properties file or
-        driver Java options (`java_options`: others for the driver besides the archive)."""
-        arguments = ["--conf", f"{DRIVER_JAVA_OPTIONS}={self.driver_java_options(java_options)}"]
+        driver Java options."""
+        arguments = ["--conf", f"{DRIVER_JAVA_OPTIONS}={self.driver_java_options()}"]
         if self.properties_file:
             arguments = ["--properties-file", self.properties_file, *arguments]
         return arguments

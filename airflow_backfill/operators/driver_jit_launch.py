@@ -1,8 +1,9 @@
 """Start a catch-up's driver JVM with the quick JIT compiler when its change is small.
 
 See airflow_backfill/engine/driver_jit.py for why and the measured figures. The choice is
-made in the task before spark-submit, from the upstreams' logs (no Spark); the user's own
-JIT options in `spark.driver.extraJavaOptions` always win.
+made in the task before spark-submit, from the upstreams' logs (no Spark), and goes into
+`spark.driver.defaultJavaOptions`; the user's own JIT options in either driver option
+always win.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_backfill.engine.driver_jit import (
     AUTO,
+    DRIVER_DEFAULT_JAVA_OPTIONS,
     FULL,
     pending_change,
     quick_jit_suits,
@@ -26,11 +28,10 @@ def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob, mode: str
     """Add the quick compiler to the operator's driver options when `mode` asks for it, or
     under `auto` when the pending change is small; log the choice and what it rests on."""
     conf = dict(operator.conf or {})
-    options = conf.get(DRIVER_JAVA_OPTIONS)
     if mode == FULL:
         return
-    if sets_own_jit(options):
-        operator.log.info("driver JIT: the options in %s choose it", DRIVER_JAVA_OPTIONS)
+    if sets_own_jit(conf.get(DRIVER_JAVA_OPTIONS), conf.get(DRIVER_DEFAULT_JAVA_OPTIONS)):
+        operator.log.info("driver JIT: the driver's Java options choose it")
         return
     if mode == AUTO:
         hook = DeltaBackfillHook.for_job(job)
@@ -47,5 +48,5 @@ def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob, mode: str
         operator.log.info("driver JIT: the quick compiler alone, for a small catch-up (%s)", change.describe())
     else:
         operator.log.info("driver JIT: the quick compiler alone (driver_jit='quick')")
-    conf[DRIVER_JAVA_OPTIONS] = with_quick_jit(options)
+    conf[DRIVER_DEFAULT_JAVA_OPTIONS] = with_quick_jit(conf.get(DRIVER_DEFAULT_JAVA_OPTIONS))
     operator.conf = conf
