@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -27,23 +28,47 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Refresher(threading.Thread):
-    """Alternates RF1 and RF2 on the TPC-H tables every `interval` seconds until stopped."""
+    """Alternates RF1 and RF2 on the TPC-H tables every `interval` seconds until stopped.
 
-    def __init__(self, tables: tpch.TpchTables, interval: float = 1.0) -> None:
+    Given `target` (an MV the DAG builds), it pauses once `after_snapshot` refreshes have
+    committed after the MV's snapshot, until the MV's catch-up has committed (refreshes
+    faster than a round would only keep the lag above its threshold for more rounds; at
+    most `pause` seconds), and ends once the MV's forward phase has committed."""
+
+    def __init__(self, tables: tpch.TpchTables, interval: float = 1.0, target: str | None = None,
+                 after_snapshot: int = 2, pause: float = 30.0) -> None:
         super().__init__(name="tpch-refresher", daemon=True)
         self.tables = tables
         self.interval = interval
+        self.target, self.after_snapshot, self.pause = target, after_snapshot, pause
         self.stop = threading.Event()
         self.refreshes: list[tpch.RefreshResult] = []
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        since_snapshot, paused_at = 0, None
         try:
             while not self.stop.wait(self.interval):
+                phases = _committed_phases(self.target) if self.target is not None else set()
+                if "forward" in phases:
+                    return
+                if since_snapshot >= self.after_snapshot and "catch_up" not in phases:
+                    paused_at = paused_at or time.monotonic()
+                    if time.monotonic() - paused_at < self.pause:
+                        continue
                 refresh = tpch.insert_new_orders if len(self.refreshes) % 2 == 0 else tpch.delete_old_orders
                 self.refreshes.append(refresh(self.tables, seed=3, count=5))
+                since_snapshot += "snapshot" in phases
         except BaseException as error:  # reported by the test
             self.error = error
+
+
+def _committed_phases(target: str) -> set[str]:
+    """The phases that have committed to the MV at `target` (none before it exists)."""
+    try:
+        return {commit["airflow_backfill.phase"] for commit in mv_commits(target)}
+    except Exception:  # not created yet
+        return set()
 
 
 def load_example_dag(home: Path, name: str) -> ModuleType:
@@ -93,13 +118,12 @@ def airflow_environment(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return home, env
 
 
-def dags_test_under_refreshes(dag_id: str, env: dict[str, str], tables: tpch.TpchTables,
+def dags_test_under_refreshes(dag_id: str, env: dict[str, str], tables: tpch.TpchTables, target: str,
                               interval: float = 3.0) -> str:
     """`airflow dags test dag_id` (one forward epoch, a short idle wait) while RF1 and RF2
-    alternate every `interval` seconds; its output, once it and the refreshes succeeded.
-    Refreshes faster than a round keep the lag above the jobs' threshold of one epoch for
-    more rounds, which only makes the run longer."""
-    refresher = Refresher(tables, interval)
+    alternate every `interval` seconds (paced by the MV at `target`, see `Refresher`); its
+    output, once it and the refreshes succeeded."""
+    refresher = Refresher(tables, interval, target=target)
     refresher.start()
     try:
         run = run_airflow("dags", "test", dag_id, "--conf", '{"forward_max_epochs": 1, "forward_idle_timeout": 5}',
@@ -121,7 +145,7 @@ def test_dags_test_builds_both_mvs_while_refreshes_commit(tmp_path):
     summary, totals = load_example_jobs(home)
     assert summary.source == tables.lineitem and totals.source == summary.target
     # a short idle wait for the totals: nothing refreshes the summary while its own tasks do not run
-    output = dags_test_under_refreshes("example_tpch_pricing_summary", env, tables)
+    output = dags_test_under_refreshes("example_tpch_pricing_summary", env, tables, summary.target)
 
     # More epochs than the summary's lag threshold, then its logged catch-up command by hand.
     command = logged_command(output, "catch_up", summary.name)

@@ -25,7 +25,7 @@ def test_dags_test_maintains_q3_while_orders_and_lineitem_refresh(tmp_path):
     tables = tpch.load_tpch(str(home / "tpch"), 0.01, files=4, tables=tpch.LOADABLE)
     job = example_job(home)
     assert [u.table for u in job.upstreams] == [tables.customer, tables.orders, tables.lineitem]
-    output = dags_test_under_refreshes("example_tpch_q3", env, tables)
+    output = dags_test_under_refreshes("example_tpch_q3", env, tables, job.target)
     for task in ("pin_epoch", "snapshot", "catch_up", "wait_caught_up", "forward"):
         assert f"q3.{task}" in output
 

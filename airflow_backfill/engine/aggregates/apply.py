@@ -131,22 +131,24 @@ def apply_aggregate_changes(
 
 def fold_signed_rows(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, signed: DataFrame, upstream: StructType,
-    info: CommitInfo, *, recompute_at: int | None,
+    info: CommitInfo, *, recompute_at: int | None, leaving_groups: DataFrame | None = None,
 ) -> tuple[int, int, RoundPlan]:
     """Fold signed rows of the query's `source` (its columns, typed as in `upstream`, plus
     `__sign`) into the state and the MV, committing both at `info.epoch` through
     `commit_round` (`recompute_at`: as there; None when the query's `source` is no single
-    table to recompute from, as for a join's flat relation).
+    table to recompute from, as for a join's flat relation). `leaving_groups`: state rows
+    of groups whose every row leaves (a join's `leave_arrive`), subtracted whole.
 
-    Returns (signed rows folded, MV rows changed, the plan).
+    Returns (signed rows and groups folded, MV rows changed, the plan).
     """
     aggregate = _aggregate(plan)
     state = read_state(spark, job, _state_columns(aggregate))
-    change_rows = signed.count()
+    change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)
     if not change_rows:
         _commit_watermarks_only(spark, job, state.schema, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
-    rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch).cache()
+    rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch,
+                          leaving_groups=leaving_groups).cache()
     try:
         return (change_rows,
                 *commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows),
@@ -245,12 +247,16 @@ def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, state: Struct
 
 def touched_groups(
     spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, signed: DataFrame, state: DataFrame,
-    upstream: StructType, end_version: int,
+    upstream: StructType, end_version: int, *, leaving_groups: DataFrame | None = None,
 ) -> DataFrame:
-    """Per group the changes touch: its new state and the MV change it causes (`changes_sql`)."""
+    """Per group the changes touch: its new state and the MV change it causes (`changes_sql`).
+    `leaving_groups` (state rows; counts and sums only) are subtracted as they stand."""
     signed.createOrReplaceTempView(_CHANGES)
-    delta = spark.sql(sql.delta_sql(aggregate, _CHANGES)).alias("__delta")
+    delta = spark.sql(sql.delta_sql(aggregate, _CHANGES))
     keys = sql.key_columns(aggregate)
+    if leaving_groups is not None:
+        delta = _minus_groups(delta, leaving_groups, keys)
+    delta = delta.alias("__delta")
     old = state.select(
         *keys, *(state[c].alias(f"{sql.OLD}{c}") for c in sql.state_value_columns(aggregate))
     ).alias("__old")
@@ -270,6 +276,19 @@ def touched_groups(
     types = value_types(spark, aggregate, upstream)
     mv_types = [field.dataType.simpleString() for field in mv.fields]
     return spark.sql(sql.changes_sql(aggregate, _NEW, types, mv_types))
+
+
+def _minus_groups(delta: DataFrame, groups: DataFrame, keys: list[str]) -> DataFrame:
+    """`delta` plus the negated state of `groups`, summed per group (every delta column is
+    a signed sum when the aggregate has only counts and sums, and the state's value
+    columns are named as the delta's)."""
+    from pyspark.sql import functions as F
+
+    values = [c for c in delta.columns if c not in keys]
+    types = {field.name: field.dataType for field in delta.schema.fields}
+    negated = groups.select(*keys, *((-F.col(c)).cast(types[c]).alias(c) for c in values))
+    summed = delta.unionByName(negated).groupBy(*keys).agg(*(F.sum(c).alias(c) for c in values))
+    return summed.select(*keys, *(F.col(c).cast(types[c]).alias(c) for c in values))
 
 
 def _with_recomputed(

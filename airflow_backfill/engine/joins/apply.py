@@ -4,7 +4,9 @@ target, in one MV commit (two for an aggregate) that records the new vector.
 The round reads the MV's vector and checks it against the app transaction before it
 reads anything else (`watermarks.committed_vector`), checks each moved upstream's range
 (its log and change files present, its schema unchanged), turns the change feeds into
-signed join rows (`delta_rule`) and then:
+signed join rows (`leave_arrive` for a join without LEFT joins, whose leaving rows it
+reads from the MV, or an aggregate's state, where it can; `delta_rule` otherwise) and
+then:
 
 - stateless: maps them through the flat query (WHERE and projections keep their signs),
   nets them per whole MV row, and writes them by MV key: a key left with a +1 row takes
@@ -45,7 +47,7 @@ from airflow_backfill.engine.delta.commits import (
 )
 from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.joins.delta_rule import join_changes
+from airflow_backfill.engine.joins import delta_rule, leave_arrive
 from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri
 from airflow_backfill.engine.joins.watermarks import (
     Vector,
@@ -104,17 +106,18 @@ def apply_join_round(
             check_schema_unchanged(upstream_uri(job, name), watermark[name], version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
     info = join_commit_info(job, CommitInfo(phase=phase, epoch=0, parallelism=parallelism, rows=0), target)
-    changes = join_changes(spark, job, plan, watermark, target)
+    rule = leave_arrive if leave_arrive.applies(plan) else delta_rule
+    changes = rule.join_changes(spark, job, plan, watermark, target)
     try:
         if plan.flat.aggregate is not None:
             schema = _flat_struct(spark, job, plan, target)
             # recompute_at=None: the aggregate's recompute reads one upstream, a join has several
             _, changed, chosen = fold_signed_rows(spark, job, plan.flat, changes.rows, schema, info,
-                                                  recompute_at=None)
+                                                  recompute_at=None, leaving_groups=changes.leaving_groups)
             recorded = time.monotonic() - started
         else:
             changed, chosen, recorded = _write_stateless(
-                spark, job, plan, changes.rows, replace(info, rows=changes.change_rows), watermark)
+                spark, job, plan, changes.rows, changes.leaving, replace(info, rows=changes.change_rows), watermark)
     finally:
         changes.unpersist()
     change_rows = changes.change_rows
@@ -126,7 +129,8 @@ def apply_join_round(
     return applied
 
 
-def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, signed: DataFrame, info: CommitInfo,
+def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, signed: DataFrame,
+                     leaving: DataFrame | None, info: CommitInfo,
                      watermark: Mapping[str, int]) -> tuple[int, RoundPlan, float]:
     """Net the signed MV rows per MV key and write them with the vector, the way the round
     planner estimates cheapest among the keyed writes. Returns (MV keys changed, the plan,
@@ -140,7 +144,7 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
     prepared = None
     try:
         # Holding the changes evaluates them: a repeated key fails here, before any write.
-        prepared = prepare(spark, job.target, keyed_changes(spark, plan, signed), plan.mv_key,
+        prepared = prepare(spark, job.target, keyed_changes(spark, plan, signed, leaving), plan.mv_key,
                            null_safe=plan.null_safe_key)
         keys = prepared.changed.rows or 0
         if not keys:
@@ -177,11 +181,12 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
             prepared.release()
 
 
-def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame) -> DataFrame:
+def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame, leaving: DataFrame | None = None) -> DataFrame:
     """One change per changed MV key: its new row with `__present`, or `__present` null
     when the key leaves the MV.
 
-    The signed rows are mapped through the flat query and counted per whole row; what is
+    The signed rows are mapped through the flat query, the MV rows that `leaving` holds
+    (already mapped, signed -1) are added, and all are counted per whole row; what is
     left is the MV's change as a multiset. With unique upstream keys a key then has at
     most one row counted +1 (its new row) and one counted -1 (its old row); anything
     else raises the repeated-key error when the rows are evaluated.
@@ -190,6 +195,8 @@ def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame) -> Dat
     from pyspark.sql import functions as F
 
     mapped = apply_query(spark, signed, signed_query(plan.flat.query))
+    if leaving is not None:
+        mapped = mapped.unionByName(leaving.select(*(quote(c) for c in mapped.columns)))
     columns = [c for c in mapped.columns if c != SIGN]
     counted = mapped.groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).alias(_COUNT)).filter(F.col(_COUNT) != 0)
     per_key = Window.partitionBy(*(F.col(quote(k)) for k in plan.mv_key))

@@ -62,6 +62,11 @@ class JoinChanges:
     """Netted change rows of the upstreams (what the round applied, for the rate limit)."""
     cached: list[DataFrame]
     """Cached intermediates, to unpersist once the round committed."""
+    leaving: DataFrame | None = None
+    """A stateless MV's rows that leave, already mapped through the query, with `__sign`
+    -1 (`leave_arrive`); None when every change is in `rows`."""
+    leaving_groups: DataFrame | None = None
+    """An aggregate's state rows of the groups that leave whole (`leave_arrive`)."""
 
     def unpersist(self) -> None:
         for frame in self.cached:
@@ -80,7 +85,7 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
                 continue
             versions = {t.name: (new if j < index else old)[t.name] for j, t in enumerate(plan.tables)}
             read = reader(spark, job, plan, versions)
-            changes = _netted_changes(spark, job, plan, index, old[table.name], new[table.name])
+            changes = netted_changes(spark, job, plan, index, old[table.name], new[table.name])
             cached.append(changes)
             change_rows += changes.count()
             terms.append(walk(plan, index, changes, read, cached=cached))
@@ -90,12 +95,12 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
         for frame in cached:
             frame.unpersist()
         raise
-    rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else _no_rows(spark, job, plan, new)
+    rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else no_rows(spark, job, plan, new)
     rows = rows.cache()  # an aggregate counts them, then folds them
     return JoinChanges(rows, change_rows, [*cached, rows])
 
 
-def _netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, old: int,
+def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, old: int,
                     new: int) -> DataFrame:
     """Table `index`'s change rows over (old, new] as flat rows with `__sign`, netted per
     whole row: a row that left and came back, or an update of columns the query does not
@@ -145,7 +150,7 @@ def _padding_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, inde
     return walk(plan, parent, signed_parents, read, skip=subtree(plan, index), cached=cached)
 
 
-def _no_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> DataFrame:
+def no_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> DataFrame:
     """An empty relation with the flat columns and `__sign` (no upstream moved)."""
     from pyspark.sql.types import IntegerType
 

@@ -520,6 +520,52 @@ def _equal_columns(tables: tuple[JoinedTable, ...], index: int, column: str) -> 
     return [flat_column(tables[i].name, c) for i, c in found]
 
 
+def selected_key(plan: JoinPlan, index: int) -> tuple[str, ...] | None:
+    """The MV columns that hold table `index`'s key in every MV row (one per key column:
+    the column itself or one an INNER JOIN equates with it, selected unchanged), or None
+    when the query does not select all of them. Only meaningful without LEFT joins."""
+    outputs = _selected_outputs(plan.flat.query)
+    found = []
+    for column in plan.tables[index].primary_key:
+        chosen = next((outputs[c.lower()] for c in _equal_columns(plan.tables, index, column) if c.lower() in outputs),
+                      None)
+        if chosen is None:
+            return None
+        found.append(chosen)
+    return tuple(found)
+
+
+def grouped_key(plan: JoinPlan, index: int) -> tuple[int, ...] | None:
+    """For an aggregate: the GROUP BY positions that hold table `index`'s key in every row
+    (one per key column, as `selected_key`), or None when the grouping does not hold all
+    of them. Each group then holds the rows of one row of the table."""
+    assert plan.flat.aggregate is not None
+    grouped: dict[str, int] = {}
+    for position, expression in enumerate(plan.flat.aggregate.group_by):
+        parsed: exp.Expr = exp.maybe_parse(expression, dialect="spark")
+        if isinstance(parsed, exp.Column):
+            grouped.setdefault(parsed.name.lower(), position)
+    found = []
+    for column in plan.tables[index].primary_key:
+        chosen = next((grouped[c.lower()] for c in _equal_columns(plan.tables, index, column) if c.lower() in grouped),
+                      None)
+        if chosen is None:
+            return None
+        found.append(chosen)
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _selected_outputs(flat_sql: str) -> dict[str, str]:
+    """Flat column (lower case) -> the MV column that selects it unchanged."""
+    outputs: dict[str, str] = {}
+    for item in _parse_single_select(flat_sql).expressions:
+        inner = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(inner, exp.Column):
+            outputs.setdefault(inner.name.lower(), item.alias_or_name)
+    return outputs
+
+
 def _selected_columns(flat_sql: str) -> set[str]:
     select = _parse_single_select(flat_sql)
     return {

@@ -1,0 +1,230 @@
+"""A round of an INNER join MV as the join rows that leave and the join rows that arrive.
+
+When every table is INNER-joined (no row is NULL-padded) and every upstream key is unique,
+a join row is fixed by the rows of its tables. Between the vectors `old` and `new`, with
+D_i the rows table i lost and I_i the rows it gained (netted per row, so an update is a
+lost old row and a gained new one), exactly two kinds of join row change:
+
+    J(new) - J(old) = - {rows of J(old) holding a row of some D_i}
+                      + {rows of J(new) holding a row of some I_i}
+
+Leaving rows come from the MV itself where they can. A stateless MV at its vector is
+J(old) mapped through the query, one MV row per join row, so when the MV selects table
+i's key (`selected_key`) its rows with a lost key of i are exactly the leaving rows that
+pass the WHERE: one scan of the MV, small next to the upstreams, with no upstream read.
+An aggregate whose grouping holds table i's key (`grouped_key`: Q3 groups by the order)
+has one row of i in each group, so a group with a lost key of i leaves whole: its state
+row is subtracted as it stands (joins allow only counts and sums, which subtract). The
+telescoped delta rule (`delta_rule`) would look them up in the other upstreams instead:
+for orders deleted all over the key range, a scan of every line item.
+
+The other tables' lost rows, and every gained row, are walked along the tree. So that a
+join row holding changed rows of several tables is counted once, it is given to the
+first of those tables (the MV's or state's scan first, then FROM order): the walk from table i
+reads each earlier table without its changed keys (a broadcast anti-join), and rows of i
+whose join with a neighbour by that neighbour's whole key can only meet such an excluded
+row are dropped before the walk (a new order's line items, for a term of new line items).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.aggregates.state import read_state
+from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
+from airflow_backfill.engine.joins.relation import Reader, walk
+from airflow_backfill.engine.phases.changes import SIGN
+from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, state_value_columns
+from airflow_backfill.engine.planning.join_query import JoinPlan, flat_column, grouped_key, selected_key
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from airflow_backfill.job import BackfillJob
+
+
+def applies(plan: JoinPlan) -> bool:
+    """A join without LEFT joins (every table in every row)."""
+    return len(plan.core()) == len(plan.tables)
+
+
+def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Mapping[str, int],
+                 new: Mapping[str, int]) -> JoinChanges:
+    """The round's signed flat join rows plus the MV rows (`JoinChanges.leaving`) or the
+    aggregate's groups (`leaving_groups`) that leave."""
+    from pyspark.sql import functions as F
+
+    cached: list[DataFrame] = []
+    try:
+        lost: dict[int, DataFrame] = {}
+        gained: dict[int, DataFrame] = {}
+        change_rows = 0
+        for index, table in enumerate(plan.tables):
+            if new[table.name] == old[table.name]:
+                continue
+            changes = netted_changes(spark, job, plan, index, old[table.name], new[table.name])
+            cached.append(changes)
+            signs = {row[0]: row[1] for row in changes.groupBy(F.col(SIGN) > 0).count().collect()}
+            change_rows += sum(signs.values())
+            if signs.get(False):
+                lost[index] = changes.filter(F.col(SIGN) < 0)
+            if signs.get(True):
+                gained[index] = changes.filter(F.col(SIGN) > 0)
+        leaving = leaving_groups = None
+        from_mv = _keys_held(plan, lost)
+        if from_mv and plan.flat.aggregate is None:
+            leaving = _leaving_mv_rows(spark, job, plan, {i: lost[i] for i in from_mv}, from_mv)
+        elif from_mv:
+            leaving_groups = _leaving_groups(spark, job, plan, {i: lost[i] for i in from_mv}, from_mv)
+        walked_lost = [i for i in lost if i not in from_mv]
+        terms = _terms(spark, job, plan, old, lost, walked_lost, excluded_first=list(from_mv), cached=cached)
+        terms += _terms(spark, job, plan, new, gained, list(gained), excluded_first=[], cached=cached)
+    except BaseException:
+        for frame in cached:
+            frame.unpersist()
+        raise
+    rows = functools.reduce(lambda a, b: a.unionByName(b), terms).cache() if terms else no_rows(spark, job, plan, new)
+    return JoinChanges(rows, change_rows, [*cached, rows], leaving, leaving_groups)
+
+
+def _keys_held(plan: JoinPlan, tables: Mapping[int, DataFrame]) -> dict[int, tuple[str, ...]]:
+    """Of `tables`, those whose key the MV selects (a stateless MV) or its grouping holds
+    (an aggregate's state): their columns there."""
+    aggregate = plan.flat.aggregate
+    held: dict[int, tuple[str, ...]] = {}
+    for index in tables:
+        if aggregate is None:
+            key = selected_key(plan, index)
+        else:
+            positions = grouped_key(plan, index)
+            key = None if positions is None else tuple(key_columns(aggregate)[p] for p in positions)
+        if key is not None:
+            held[index] = key
+    return held
+
+
+def _terms(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int],
+           changed: Mapping[int, DataFrame], order: list[int], *, excluded_first: list[int],
+           cached: list[DataFrame]) -> list[DataFrame]:
+    """For each table of `order` in turn: its `changed` rows that hold no changed row of a
+    table before it (in `excluded_first`, then `order`), walked over the other tables as
+    of `versions` without those tables' changed keys."""
+    terms = []
+    earlier = [j for j in excluded_first if j in changed]
+    for index in order:
+        excluded = {j: _keys(plan, j, changed[j]) for j in earlier}
+        rows, filtered = _without_excluded_neighbours(plan, index, changed[index], excluded)
+        earlier.append(index)
+        if filtered and not rows.take(1):
+            continue
+        read = _ReaderWithout(spark, job, plan, versions, excluded)
+        terms.append(walk(plan, index, rows, read, cached=cached))
+    return terms
+
+
+def _keys(plan: JoinPlan, index: int, rows: DataFrame) -> DataFrame:
+    """The distinct keys of `rows` of table `index`, named as the upstream names them."""
+    from pyspark.sql import functions as F
+
+    table = plan.tables[index]
+    return rows.select(*(F.col(quote(flat_column(table.name, c))).alias(c) for c in table.primary_key)).distinct()
+
+
+def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
+                                 excluded: Mapping[int, DataFrame]) -> tuple[DataFrame, bool]:
+    """`rows` of table `index` less those that join a neighbour by its whole key at an
+    excluded key of it (the one row they could join there is left out of the read), and
+    whether any neighbour dropped some that way."""
+    from pyspark.sql import functions as F
+
+    filtered = False
+    for there, keys in excluded.items():
+        pairs = _edge_columns(plan, index, there)
+        if pairs is None:
+            continue
+        by_key = {theirs.lower(): mine for mine, theirs in pairs}
+        key = plan.tables[there].primary_key
+        if not all(column.lower() in by_key for column in key):
+            continue
+        renamed = keys.select(*(F.col(quote(c)).alias(f"__excluded{n}") for n, c in enumerate(key)))
+        condition = _all(F.col(quote(flat_column(plan.tables[index].name, by_key[c.lower()]))) == F.col(f"__excluded{n}")
+                         for n, c in enumerate(key))
+        rows, filtered = rows.join(F.broadcast(renamed), condition, "left_anti"), True
+    return rows, filtered
+
+
+def _edge_columns(plan: JoinPlan, here: int, there: int) -> list[tuple[str, str]] | None:
+    """[(column of `here`, column of `there`)] when the two are joined directly."""
+    if plan.tables[there].parent == here:
+        return [(parent, own) for parent, own in plan.tables[there].on]
+    if plan.tables[here].parent == there:
+        return [(own, parent) for parent, own in plan.tables[here].on]
+    return None
+
+
+class _ReaderWithout(Reader):
+    """Reads each upstream as of its version, without the rows of its excluded keys."""
+
+    def __init__(self, spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int],
+                 excluded: Mapping[int, DataFrame]) -> None:
+        super().__init__(spark, job, plan, versions)
+        self._excluded, self._tables = dict(excluded), plan.tables
+
+    def __call__(self, index: int) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        rows = super().__call__(index)
+        keys = self._excluded.get(index)
+        if keys is None:
+            return rows
+        return rows.join(F.broadcast(keys), list(self._tables[index].primary_key), "left_anti")
+
+
+def _leaving_mv_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost: Mapping[int, DataFrame],
+                     mv_keys: Mapping[int, tuple[str, ...]]) -> DataFrame:
+    """The MV's rows that hold a lost row of a table in `lost` (whose key the MV selects
+    as `mv_keys`), with `__sign` -1: one scan of the MV, each lost table's keys broadcast."""
+    from pyspark.sql import functions as F
+
+    mv = spark.read.format("delta").load(job.target)
+    return _holding(plan, mv, lost, mv_keys).select(*(quote(c) for c in mv.columns), F.lit(-1).alias(SIGN))
+
+
+def _leaving_groups(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost: Mapping[int, DataFrame],
+                    state_keys: Mapping[int, tuple[str, ...]]) -> DataFrame:
+    """The state rows of the groups that hold a lost row of a table in `lost` (whose key
+    the grouping holds, in the state's `state_keys` columns): every row of such a group
+    holds that lost row, so the whole group leaves."""
+    assert plan.flat.aggregate is not None
+    aggregate = plan.flat.aggregate
+    state = read_state(spark, job, [*key_columns(aggregate), *state_value_columns(aggregate)])
+    return _holding(plan, state, lost, state_keys)
+
+
+def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
+             key_columns_of: Mapping[int, tuple[str, ...]]) -> DataFrame:
+    """`table`'s rows whose `key_columns_of[i]` equal the key of a row of `lost[i]`, for
+    some i (one scan, each table's keys broadcast)."""
+    from pyspark.sql import functions as F
+
+    columns = list(table.columns)
+    mv = table
+    marks = []
+    for index, rows in lost.items():
+        key = plan.tables[index].primary_key
+        renamed = [f"__lost{index}_{n}" for n in range(len(key))]
+        mark = f"__lost{index}"
+        keys = (_keys(plan, index, rows).select(*(F.col(quote(c)).alias(r) for c, r in zip(key, renamed, strict=True)))
+                .withColumn(mark, F.lit(True)))
+        condition = _all(F.col(quote(m)) == F.col(r) for m, r in zip(key_columns_of[index], renamed, strict=True))
+        mv = mv.join(F.broadcast(keys), condition, "left").drop(*renamed)
+        marks.append(mark)
+    held = functools.reduce(operator.or_, [F.col(m).isNotNull() for m in marks])
+    return mv.filter(held).select(*(quote(c) for c in columns))
+
+
+def _all(conditions: object) -> Column:
+    return functools.reduce(operator.and_, list(conditions))  # type: ignore[call-overload]
