@@ -4,9 +4,9 @@ target, in one MV commit (two for an aggregate) that records the new vector.
 The round reads the MV's vector and checks it against the app transaction before it
 reads anything else (`watermarks.committed_vector`), checks each moved upstream's range
 (its log and change files present, its schema unchanged), turns the change feeds into
-signed join rows (`leave_arrive` for a join without LEFT joins, whose leaving rows it
-reads from the MV, or an aggregate's state, where it can; `delta_rule` otherwise) and
-then:
+signed join rows (`leave_arrive` for a join without LEFT joins over more than a million
+upstream rows, whose leaving rows it reads from the MV, or an aggregate's state, where it
+can; `delta_rule` otherwise) and then:
 
 - stateless: maps them through the flat query (WHERE and projections keep their signs),
   nets them per whole MV row, and writes them by MV key: a key left with a +1 row takes
@@ -106,7 +106,7 @@ def apply_join_round(
             check_schema_unchanged(upstream_uri(job, name), watermark[name], version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
     info = join_commit_info(job, CommitInfo(phase=phase, epoch=0, parallelism=parallelism, rows=0), target)
-    rule = leave_arrive if leave_arrive.applies(plan) else delta_rule
+    rule = leave_arrive if leave_arrive.applies(plan) and leave_arrive.pays_off(job) else delta_rule
     changes = rule.join_changes(spark, job, plan, watermark, target)
     try:
         if plan.flat.aggregate is not None:

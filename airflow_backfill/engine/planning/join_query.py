@@ -73,8 +73,9 @@ class JoinedTable:
     """(parent's column, own column) of each equality of its join condition."""
     primary_key: tuple[str, ...]
     columns: tuple[str, ...]
-    """The upstream columns a round reads: the ones the query refers to and the join
-    columns (the join's rows depend on nothing else, so changes are netted over these)."""
+    """The upstream columns a round reads: the ones the query refers to, the join columns
+    (the join's rows depend on nothing else, so changes are netted over these) and the
+    key (a round tells changed rows apart by it, `joins/leave_arrive.py`)."""
     padded: bool
     """In a LEFT-joined subtree: its columns are NULL in rows its parent kept unmatched."""
 
@@ -155,7 +156,7 @@ def _plan_join(query: str, upstreams: tuple[tuple[str, tuple[str, ...]], ...],
         tables.append(JoinedTable(
             name=name, alias=alias, parent=tree.parent.get(index), kind=tree.kind.get(index),
             on=tree.on.get(index, ()), primary_key=key,
-            columns=tuple(c for c in resolver.columns[name] if c in read.get(index, set())),
+            columns=tuple(c for c in resolver.columns[name] if c in read.get(index, set()) or c in key),
             padded=tree.padded(index),
         ))
     return _keyed_plan(query, tuple(tables), flat.sql(dialect="spark"))
