@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine.aggregates.state import read_state
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
-from airflow_backfill.engine.joins.relation import Reader, walk
+from airflow_backfill.engine.joins.relation import Reader, edge, walk
 from airflow_backfill.engine.phases.changes import SIGN
 from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, state_value_columns
 from airflow_backfill.engine.planning.join_query import JoinPlan, flat_column, grouped_key, selected_key
@@ -156,9 +156,9 @@ def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
 
     filtered = False
     for there, keys in excluded.items():
-        pairs = _edge_columns(plan, index, there)
-        if pairs is None:
+        if there not in plan.neighbours(index):
             continue
+        _, pairs = edge(plan, index, there)
         by_key = {theirs.lower(): mine for mine, theirs in pairs}
         key = plan.tables[there].primary_key
         if not all(column.lower() in by_key for column in key):
@@ -168,15 +168,6 @@ def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
                          for n, c in enumerate(key))
         rows, filtered = rows.join(F.broadcast(renamed), condition, "left_anti"), True
     return rows, filtered
-
-
-def _edge_columns(plan: JoinPlan, here: int, there: int) -> list[tuple[str, str]] | None:
-    """[(column of `here`, column of `there`)] when the two are joined directly."""
-    if plan.tables[there].parent == here:
-        return [(parent, own) for parent, own in plan.tables[there].on]
-    if plan.tables[here].parent == there:
-        return [(own, parent) for parent, own in plan.tables[here].on]
-    return None
 
 
 class _ReaderWithout(Reader):
@@ -224,8 +215,7 @@ def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
     some i (one scan, each table's keys broadcast)."""
     from pyspark.sql import functions as F
 
-    columns = list(table.columns)
-    mv = table
+    columns, marked = list(table.columns), table
     marks = []
     for index, rows in lost.items():
         key = plan.tables[index].primary_key
@@ -234,11 +224,12 @@ def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
         keys = (_keys(plan, index, rows).select(*(F.col(quote(c)).alias(r) for c, r in zip(key, renamed, strict=True)))
                 .withColumn(mark, F.lit(True)))
         condition = _all(F.col(quote(m)) == F.col(r) for m, r in zip(key_columns_of[index], renamed, strict=True))
-        mv = mv.join(F.broadcast(keys), condition, "left").drop(*renamed)
+        marked = marked.join(F.broadcast(keys), condition, "left").drop(*renamed)
         marks.append(mark)
     held = functools.reduce(operator.or_, [F.col(m).isNotNull() for m in marks])
-    return mv.filter(held).select(*(quote(c) for c in columns))
+    return marked.filter(held).select(*(quote(c) for c in columns))
 
 
 def _all(conditions: object) -> Column:
+    """The AND of the conditions."""
     return functools.reduce(operator.and_, list(conditions))  # type: ignore[call-overload]

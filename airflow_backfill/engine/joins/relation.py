@@ -121,7 +121,7 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
         for there in plan.neighbours(here):
             if there in included or there in skip:
                 continue
-            kind, pairs = _edge(plan, here, there)
+            kind, pairs = edge(plan, here, there)
             here_columns = [flat_column(plan.tables[here].name, c) for c, _ in pairs]
             if cached is not None:
                 current = current.cache()
@@ -160,8 +160,9 @@ def subtree(plan: JoinPlan, index: int) -> frozenset[int]:
     return frozenset(found)
 
 
-def _edge(plan: JoinPlan, here: int, there: int) -> tuple[str, list[tuple[str, str]]]:
-    """(join kind, [(column of `here`, column of `there`)]) of the edge between the two."""
+def edge(plan: JoinPlan, here: int, there: int) -> tuple[str, list[tuple[str, str]]]:
+    """(join kind, [(column of `here`, column of `there`)]) of the edge between the two
+    neighbours."""
     if plan.tables[there].parent == here:
         table = plan.tables[there]
         return table.kind or INNER, [(parent, own) for parent, own in table.on]
