@@ -33,10 +33,11 @@ class Refresher(threading.Thread):
     Given `target` (an MV the DAG builds), it pauses once `after_snapshot` refreshes have
     committed after the MV's snapshot, until the MV's catch-up has committed (refreshes
     faster than a round would only keep the lag above its threshold for more rounds; at
-    most `pause` seconds), and ends once the MV's forward phase has committed."""
+    most `pause` seconds, so that a catch-up that found nothing to apply still leaves
+    forward new epochs), and ends once the MV's forward phase has committed."""
 
     def __init__(self, tables: tpch.TpchTables, interval: float = 1.0, target: str | None = None,
-                 after_snapshot: int = 2, pause: float = 30.0) -> None:
+                 after_snapshot: int = 2, pause: float = 20.0) -> None:
         super().__init__(name="tpch-refresher", daemon=True)
         self.tables = tables
         self.interval = interval
