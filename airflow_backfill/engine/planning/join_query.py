@@ -32,6 +32,7 @@ import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlglot import exp
 
@@ -42,6 +43,8 @@ from airflow_backfill.engine.planning.query import (
     plan_query,
 )
 from airflow_backfill.exceptions import UnsupportedQueryError
+
+T = TypeVar("T")
 
 INNER = "inner"
 LEFT = "left"
@@ -525,15 +528,7 @@ def selected_key(plan: JoinPlan, index: int) -> tuple[str, ...] | None:
     """The MV columns that hold table `index`'s key in every MV row (one per key column:
     the column itself or one an INNER JOIN equates with it, selected unchanged), or None
     when the query does not select all of them. Only meaningful without LEFT joins."""
-    outputs = _selected_outputs(plan.flat.query)
-    found = []
-    for column in plan.tables[index].primary_key:
-        chosen = next((outputs[c.lower()] for c in _equal_columns(plan.tables, index, column) if c.lower() in outputs),
-                      None)
-        if chosen is None:
-            return None
-        found.append(chosen)
-    return tuple(found)
+    return _key_among(plan, index, _selected_outputs(plan.flat.query))
 
 
 def grouped_key(plan: JoinPlan, index: int) -> tuple[int, ...] | None:
@@ -546,10 +541,16 @@ def grouped_key(plan: JoinPlan, index: int) -> tuple[int, ...] | None:
         parsed: exp.Expr = exp.maybe_parse(expression, dialect="spark")
         if isinstance(parsed, exp.Column):
             grouped.setdefault(parsed.name.lower(), position)
+    return _key_among(plan, index, grouped)
+
+
+def _key_among(plan: JoinPlan, index: int, holders: Mapping[str, T]) -> tuple[T, ...] | None:
+    """For each key column of table `index`, what `holders` maps it (or a column equal
+    to it) to, by lower-case flat name; None when some key column has no holder."""
     found = []
     for column in plan.tables[index].primary_key:
-        chosen = next((grouped[c.lower()] for c in _equal_columns(plan.tables, index, column) if c.lower() in grouped),
-                      None)
+        equal = (c.lower() for c in _equal_columns(plan.tables, index, column))
+        chosen = next((holders[c] for c in equal if c in holders), None)
         if chosen is None:
             return None
         found.append(chosen)
