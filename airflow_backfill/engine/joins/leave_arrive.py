@@ -51,7 +51,7 @@ SMALL_JOIN_ROWS = 1_000_000
 """Upstream rows, all upstreams together, up to which a round keeps the telescoped rule:
 scanning tables that small costs less than the extra steps of this one (its separate
 walks of lost and gained rows and their emptiness checks cost a tiny join about 4 s a
-round; at TPC-H SF 10 this rule saves 4 - 6 s a round, docs/benchmarks.md)."""
+round; at TPC-H SF 10 this rule saves 3 - 6 s a round, docs/benchmarks.md)."""
 
 
 def applies(plan: JoinPlan) -> bool:
