@@ -1,6 +1,6 @@
 """The join benchmark: TPC-H Q3 as join MVs over customer, orders and lineitem.
 
-    python bench/joins.py [--scale 1] [--repeats 3] [--output bench/join_results.json]
+    python bench/joins.py [--scale 1] [--repeats 3] [--sections snapshot,refresh] [--output bench/join_results.json]
 
 Two MVs of Q3's join: `q3` (its revenue per order: GROUP BY over the join, the per-group
 state of docs/aggregates.md) and `q3_rows` (the line items Q3 sums, one MV row per line
@@ -145,15 +145,38 @@ def refresh_section(spark: Any, tables: tpch.TpchTables, work: str, repeats: int
             "recompute_median_s": round(recomputed, 3), "speedup": round(recomputed / catch_up, 2)}
 
 
+def with_load(section: Any, *args: Any) -> dict[str, Any]:
+    """A section's figures with the machine's load before and after it (a run of one
+    section keeps the other's figures, taken at another time)."""
+    before = os.getloadavg()
+    figures: dict[str, Any] = section(*args)
+    return {**figures, "load_average_before": before, "load_average_after": os.getloadavg()}
+
+
+def merged(earlier: dict[str, Any], latest: dict[str, Any]) -> dict[str, Any]:
+    """`earlier` results of a scale factor updated with `latest`, section by section per MV
+    (a run of one section keeps the other's figures)."""
+    kept = dict(earlier)
+    for key, value in latest.items():
+        kept[key] = {**kept.get(key, {}), **value} if key in QUERIES else value
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python bench/joins.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kinds", default=",".join(QUERIES), help=f"comma-separated MVs of {', '.join(QUERIES)}")
+    parser.add_argument("--sections", default="snapshot,refresh",
+                        help="comma-separated sections of snapshot, refresh (SF 10's refreshes take most of its "
+                             "24 minutes and about 30 GB of disk)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "join_results.json"))
     parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one, removed)")
     args = parser.parse_args(argv)
+    sections = {s for s in args.sections.split(",") if s}
+    if not sections or sections - {"snapshot", "refresh"}:
+        parser.error(f"--sections takes snapshot and/or refresh, got {args.sections!r}")
     from airflow_backfill.engine.spark_session import build_spark_session
 
     work = args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-joins-bench-")
@@ -168,10 +191,13 @@ def main(argv: list[str] | None = None) -> int:
             results: dict[str, Any] = {"scale_factor": args.scale, "parallelism": 2, "load_s": load_s,
                                        "cpus": os.cpu_count(), "load_average_before": os.getloadavg()}
             for kind in (k for k in args.kinds.split(",") if k):
-                results[kind] = {
-                    "snapshot": snapshot_section(spark, tables, warm, work, args.repeats, kind),
-                    "refresh": refresh_section(spark, tables, work, args.repeats, args.seed, kind),
-                }
+                results[kind] = {}
+                if "snapshot" in sections:
+                    results[kind]["snapshot"] = with_load(snapshot_section, spark, tables, warm, work, args.repeats,
+                                                          kind)
+                if "refresh" in sections:
+                    results[kind]["refresh"] = with_load(refresh_section, spark, tables, work, args.repeats,
+                                                         args.seed, kind)
             results["load_average_after"] = os.getloadavg()
         finally:
             spark.stop()
@@ -182,16 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     if os.path.exists(args.output):
         with open(args.output) as handle:
             previous = json.load(handle)
-    previous[f"sf{args.scale:g}"] = results
+    previous[f"sf{args.scale:g}"] = merged(previous.get(f"sf{args.scale:g}", {}), results)
     with open(args.output, "w") as handle:
         json.dump(previous, handle, indent=1, sort_keys=True)
-    for kind in QUERIES:
-        if kind in results:
-            snapshot, refresh = results[kind]["snapshot"], results[kind]["refresh"]
+    for kind in (k for k in QUERIES if k in results):
+        if "snapshot" in results[kind]:
+            snapshot = results[kind]["snapshot"]
             print(f"scale factor {args.scale:g}, {kind}: snapshot {snapshot['engine_median_s']}s vs plain Spark "
-                  f"{snapshot['plain_median_s']}s (x{snapshot['ratio']}); RF1+RF2 catch-up "
-                  f"{refresh['catch_up_median_s']}s vs recompute {refresh['recompute_median_s']}s "
-                  f"({refresh['speedup']}x faster)")
+                  f"{snapshot['plain_median_s']}s (x{snapshot['ratio']})")
+        if "refresh" in results[kind]:
+            refresh = results[kind]["refresh"]
+            print(f"scale factor {args.scale:g}, {kind}: RF1+RF2 catch-up {refresh['catch_up_median_s']}s vs "
+                  f"recompute {refresh['recompute_median_s']}s ({refresh['speedup']}x faster)")
     return 0
 
 

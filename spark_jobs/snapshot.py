@@ -14,7 +14,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from airflow_backfill.engine.phases.snapshot_chunks import DEFAULT_CHUNK_BYTES
+from airflow_backfill.engine.phases.snapshot_chunks import DEFAULT_CHUNK_BYTES, DEFAULT_JOIN_CHUNK_BYTES
 from airflow_backfill.spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
 
 
@@ -22,7 +22,7 @@ from airflow_backfill.spark_jobs.common import job_arguments, resolve_job, resol
 class SnapshotArgs:
     job: argparse.Namespace
     epoch: int | None
-    chunk_bytes: int
+    chunk_bytes: int | None
     epochs: dict[str, int] | None = None
 
 
@@ -34,11 +34,12 @@ def parse_args(argv: list[str] | None = None) -> SnapshotArgs:
     pinned.add_argument("--epochs", help='a join\'s upstream versions to pin: orders=5,lineitem=7 or the JSON '
                         '{"orders": 5, "lineitem": 7}')
     parser.add_argument(
-        "--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES,
-        help="upstream bytes per snapshot chunk, the unit of progress and resumption",
+        "--chunk-bytes", type=int, default=None,
+        help=f"upstream bytes per snapshot chunk, the unit of progress and resumption (default "
+             f"{DEFAULT_CHUNK_BYTES >> 20} MiB; {DEFAULT_JOIN_CHUNK_BYTES >> 20} MiB for a join)",
     )
     args = parser.parse_args(argv)
-    if args.chunk_bytes < 1:
+    if args.chunk_bytes is not None and args.chunk_bytes < 1:
         parser.error("--chunk-bytes must be a positive integer")
     return SnapshotArgs(job=args, epoch=args.epoch, chunk_bytes=args.chunk_bytes,
                         epochs=None if args.epochs is None else _versions(parser, args.epochs))

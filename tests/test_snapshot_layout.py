@@ -6,17 +6,27 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from itertools import pairwise
 
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from join_upstreams import create_all, random_row, sources
 
 from airflow_backfill.engine.phases import snapshot as snapshot_module
+from airflow_backfill.engine.phases import snapshot_chunks
 from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.engine.phases.snapshot_chunks import KEY_ORDER, PATH_ORDER, DataFile, file_order
+from airflow_backfill.engine.phases.snapshot_chunks import (
+    KEY_ORDER,
+    PATH_ORDER,
+    DataFile,
+    default_chunk_bytes,
+    file_order,
+)
 from airflow_backfill.engine.phases.snapshot_progress import PROGRESS_FILE, load_progress
 from airflow_backfill.job import BackfillJob
+from airflow_backfill.spark_jobs import snapshot as snapshot_command
 from oracle import assert_mv_matches
 
 pytestmark = pytest.mark.spark
@@ -94,3 +104,26 @@ def test_files_without_key_statistics_keep_path_order():
     assert file_order([DataFile("b", 1, 1, key_min=3), DataFile("a", 1, 1, key_min=None)]) == PATH_ORDER
     assert file_order([DataFile("b", 1, 1, key_min=3), DataFile("a", 1, 1, key_min=5)]) == KEY_ORDER
     assert file_order([]) == PATH_ORDER
+
+
+def test_a_join_snapshot_defaults_to_the_join_chunk_size(spark, tmp_path, monkeypatch):
+    """A join's chunk reads the other upstreams too, so its default chunk is larger: with
+    the defaults shrunk to tell them apart, a join with no `chunk_bytes` plans its largest
+    upstream's two files by the join default, not by the one-upstream default."""
+    tables = create_all(str(tmp_path), seed=5, names=("orders", "items"))
+    items = tables["items"]
+    extra = [random_row("items", random.Random(5), (100, 0))]
+    write_deltalake(items.uri, pa.Table.from_pylist(extra, schema=items.schema), mode="append")
+    query = "SELECT o.o_cust, COUNT(*) AS n FROM orders o JOIN items i ON i.i_order = o.o_id GROUP BY o.o_cust"
+    job = BackfillJob(name="joined", target=str(tmp_path / "mv"), query=query, sources=sources(tables))
+    monkeypatch.setattr(snapshot_chunks, "DEFAULT_CHUNK_BYTES", 1 << 30)
+    monkeypatch.setattr(snapshot_chunks, "DEFAULT_JOIN_CHUNK_BYTES", 1)
+    assert run_snapshot(spark, job).chunks_run == 2
+
+
+def test_the_snapshot_command_leaves_the_chunk_size_to_the_job_kind():
+    assert snapshot_command.parse_args(["--job", "job.yaml"]).chunk_bytes is None
+    assert snapshot_command.parse_args(["--job", "job.yaml", "--chunk-bytes", "4096"]).chunk_bytes == 4096
+    with pytest.raises(SystemExit):
+        snapshot_command.parse_args(["--job", "job.yaml", "--chunk-bytes", "0"])
+    assert default_chunk_bytes(is_join=True) > default_chunk_bytes(is_join=False)

@@ -217,7 +217,8 @@ class SnapshotBackfillOperator(_PhaseOperator):
         `pinned_epoch` XComArg of its pin task). Unset: the upstream's latest version.
     :param epochs: for a join, the version of each upstream by name (templated; the DAG
         factory passes the `pinned_epochs` XComArg). Unset: each upstream's latest version.
-    :param chunk_bytes: target input bytes per resumable chunk (default 256 MiB).
+    :param chunk_bytes: target input bytes per resumable chunk (default 256 MiB; 1 GiB for a
+        join, whose chunks each read the other upstreams too).
     """
 
     phase = "snapshot"

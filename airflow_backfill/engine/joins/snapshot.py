@@ -45,7 +45,7 @@ from airflow_backfill.engine.phases.snapshot import (
     read_files,
 )
 from airflow_backfill.engine.phases.snapshot_chunks import (
-    DEFAULT_CHUNK_BYTES,
+    DEFAULT_JOIN_CHUNK_BYTES,
     Chunk,
     file_order,
     list_data_files,
@@ -76,7 +76,7 @@ log = logging.getLogger(__name__)
 
 def run_join_snapshot(
     spark: SparkSession, job: BackfillJob, *, epochs: Mapping[str, int] | None = None,
-    parallelism: int | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    parallelism: int | None = None, chunk_bytes: int = DEFAULT_JOIN_CHUNK_BYTES,
 ) -> SnapshotResult:
     """Create the join MV as of `epochs` (default: every upstream's latest); a no-op if it exists."""
     if epochs is not None and sorted(epochs) != sorted(u.name for u in job.upstreams):

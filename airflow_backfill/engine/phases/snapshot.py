@@ -53,8 +53,8 @@ from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
 from airflow_backfill.engine.phases.repeated_keys import held_times
 from airflow_backfill.engine.phases.snapshot_chunks import (
-    DEFAULT_CHUNK_BYTES,
     Chunk,
+    default_chunk_bytes,
     file_order,
     list_data_files,
     plan_chunks,
@@ -101,14 +101,18 @@ def run_snapshot(
     *,
     epoch: int | None = None,
     parallelism: int | None = None,
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    chunk_bytes: int | None = None,
     epochs: Mapping[str, int] | None = None,
 ) -> SnapshotResult:
     """Create the MV as of `epoch` (default: the upstream's latest); a no-op if it exists.
 
     A join's MV is created as of `epochs`, a version per upstream (default: each one's
-    latest), by `engine/joins/snapshot.py`.
+    latest), by `engine/joins/snapshot.py`. `chunk_bytes`: upstream bytes per chunk
+    (default `default_chunk_bytes`: larger for a join, whose chunks each read the other
+    upstreams too).
     """
+    if chunk_bytes is None:
+        chunk_bytes = default_chunk_bytes(job.is_join)
     if job.is_join:
         from airflow_backfill.engine.joins.snapshot import run_join_snapshot
 
