@@ -11,7 +11,8 @@ side by side in that session, for each MV:
 
 1. snapshot: `run_snapshot` at the loaded versions against a plain Spark job that reads
    the three Delta tables at the same versions, runs the same query and writes Parquet;
-   warm-up runs of both first (over a scale factor 0.01 copy), then `--repeats` runs
+   one unmeasured run of each first, on the same tables (a smaller copy left the JIT
+   compiler warming the engine's side through its first measured runs), then `--repeats` runs
    alternating which goes first; ratio of the medians;
 2. catch-up: one RF1 (new orders with their line items) and one RF2 (deleted orders with
    their line items) commit to both `orders` and `lineitem`; `run_catch_up` brings the MV
@@ -41,7 +42,6 @@ if ROOT not in sys.path:  # `python bench/joins.py` puts bench/, not the checkou
 from airflow_backfill import tpch  # noqa: E402
 from airflow_backfill.job import BackfillJob  # noqa: E402
 
-WARM_UP_SCALE_FACTOR = 0.01
 Q3_JOIN = (
     "FROM customer, orders, lineitem WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey "
     "AND l_orderkey = o_orderkey AND o_orderdate < DATE '1995-03-15' AND l_shipdate > DATE '1995-03-15'"
@@ -83,15 +83,16 @@ def timed(function: Any, *args: Any, **kwargs: Any) -> float:
     return round(time.monotonic() - started, 3)
 
 
-def snapshot_section(spark: Any, tables: tpch.TpchTables, warm: tpch.TpchTables, work: str,
+def snapshot_section(spark: Any, tables: tpch.TpchTables, work: str,
                      repeats: int, kind: str) -> dict[str, Any]:
     from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     query = QUERIES[kind]
     loaded = versions(tables)
-    run_snapshot(spark, q3_job(warm, f"warm_{kind}", os.path.join(work, f"warm-{kind}"), query),
-                 epochs=versions(warm))
-    plain_q3(spark, warm, versions(warm), os.path.join(work, "warm-plain"), query)
+    run_snapshot(spark, q3_job(tables, f"warm_{kind}", os.path.join(work, f"warm-{kind}"), query), epochs=loaded)
+    plain_q3(spark, tables, loaded, os.path.join(work, "warm-plain"), query)
+    shutil.rmtree(os.path.join(work, f"warm-{kind}"), ignore_errors=True)
+    shutil.rmtree(os.path.join(work, "warm-plain"), ignore_errors=True)
     engine_runs: list[float] = []
     plain_runs: list[float] = []
     for run in range(repeats):
@@ -183,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = time.monotonic()
         tables = tpch.load_tpch(os.path.join(work, "tpch"), args.scale, tables=tpch.LOADABLE)
-        warm = tpch.load_tpch(os.path.join(work, "tpch-warm"), min(args.scale, WARM_UP_SCALE_FACTOR),
-                              tables=tpch.LOADABLE)
         load_s = round(time.monotonic() - started, 1)
         spark = build_spark_session("airflow_backfill-bench-joins", parallelism=2)
         try:
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             for kind in (k for k in args.kinds.split(",") if k):
                 results[kind] = {}
                 if "snapshot" in sections:
-                    results[kind]["snapshot"] = with_load(snapshot_section, spark, tables, warm, work, args.repeats,
+                    results[kind]["snapshot"] = with_load(snapshot_section, spark, tables, work, args.repeats,
                                                           kind)
                 if "refresh" in sections:
                     results[kind]["refresh"] = with_load(refresh_section, spark, tables, work, args.repeats,
