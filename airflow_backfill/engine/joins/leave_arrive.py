@@ -31,12 +31,12 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.aggregates.state import read_state
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
-from airflow_backfill.engine.joins.relation import Reader, edge, walk
+from airflow_backfill.engine.joins.relation import Reader, edge, first_hop_columns, walk
 from airflow_backfill.engine.phases.changes import SIGN
 from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, state_value_columns
 from airflow_backfill.engine.planning.join_query import JoinPlan, flat_column, grouped_key, selected_key
@@ -75,18 +75,17 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
     try:
         lost: dict[int, DataFrame] = {}
         gained: dict[int, DataFrame] = {}
+        bounds: dict[tuple[int, bool], dict[str, tuple[Any, Any]]] = {}
         change_rows = 0
         for index, table in enumerate(plan.tables):
             if new[table.name] == old[table.name]:
                 continue
             changes = netted_changes(spark, job, plan, index, old[table.name], new[table.name])
             cached.append(changes)
-            signs = {row[0]: row[1] for row in changes.groupBy(F.col(SIGN) > 0).count().collect()}
-            change_rows += sum(signs.values())
-            if signs.get(False):
-                lost[index] = changes.filter(F.col(SIGN) < 0)
-            if signs.get(True):
-                gained[index] = changes.filter(F.col(SIGN) > 0)
+            for arriving, (count, ranges) in _sides(plan, index, changes).items():
+                change_rows += count
+                bounds[index, arriving] = ranges
+                (gained if arriving else lost)[index] = changes.filter(F.col(SIGN) > 0 if arriving else F.col(SIGN) < 0)
         leaving = leaving_groups = None
         from_mv = _keys_held(plan, lost)
         if from_mv and plan.flat.aggregate is None:
@@ -94,14 +93,19 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
         elif from_mv:
             leaving_groups = _leaving_groups(spark, job, plan, {i: lost[i] for i in from_mv}, from_mv)
         walked_lost = [i for i in lost if i not in from_mv]
-        terms = _terms(spark, job, plan, old, lost, walked_lost, excluded_first=list(from_mv), cached=cached)
-        terms += _terms(spark, job, plan, new, gained, list(gained), excluded_first=[], cached=cached)
+        terms = _terms(spark, job, plan, old, lost, walked_lost, excluded_first=list(from_mv), cached=cached,
+                       bounds={i: bounds[i, False] for i in lost})
+        terms += _terms(spark, job, plan, new, gained, list(gained), excluded_first=[], cached=cached,
+                        bounds={i: bounds[i, True] for i in gained})
     except BaseException:
         for frame in cached:
             frame.unpersist()
         raise
-    rows = functools.reduce(lambda a, b: a.unionByName(b), terms).cache() if terms else no_rows(spark, job, plan, new)
-    return JoinChanges(rows, change_rows, [*cached, rows], leaving, leaving_groups)
+    rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else no_rows(spark, job, plan, new)
+    if plan.flat.aggregate is not None:
+        rows = rows.cache()  # counted, then folded (a stateless round holds its keyed changes, not these)
+        cached.append(rows)
+    return JoinChanges(rows, change_rows, cached, leaving, leaving_groups)
 
 
 def _keys_held(plan: JoinPlan, tables: Mapping[int, DataFrame]) -> dict[int, tuple[str, ...]]:
@@ -120,12 +124,27 @@ def _keys_held(plan: JoinPlan, tables: Mapping[int, DataFrame]) -> dict[int, tup
     return held
 
 
+def _sides(plan: JoinPlan, index: int, changes: DataFrame) -> dict[bool, tuple[int, dict[str, tuple[Any, Any]]]]:
+    """Per side of table `index`'s netted changes (True: gained rows, False: lost), its rows
+    and the range of each column its walk bounds the next tables by (`first_hop_columns`),
+    in one job: the walk's first hop then reads no bounds of its own. Sides without rows
+    are left out."""
+    from pyspark.sql import functions as F
+
+    columns = first_hop_columns(plan, index)
+    ranges = [agg for c in columns for agg in (F.min(F.col(quote(c))), F.max(F.col(quote(c))))]
+    found = changes.groupBy((F.col(SIGN) > 0).alias("__gained")).agg(F.count(F.lit(1)), *ranges).collect()
+    return {row[0]: (row[1], {c: (row[2 + 2 * n], row[3 + 2 * n]) for n, c in enumerate(columns)})
+            for row in found if row[1]}
+
+
 def _terms(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int],
            changed: Mapping[int, DataFrame], order: list[int], *, excluded_first: list[int],
-           cached: list[DataFrame]) -> list[DataFrame]:
+           cached: list[DataFrame], bounds: Mapping[int, Mapping[str, tuple[Any, Any]]]) -> list[DataFrame]:
     """For each table of `order` in turn: its `changed` rows that hold no changed row of a
     table before it (in `excluded_first`, then `order`), walked over the other tables as
-    of `versions` without those tables' changed keys."""
+    of `versions` without those tables' changed keys (`bounds`: per table, the ranges
+    `_sides` read over all of its changed rows, which hold the walked ones)."""
     terms = []
     earlier = [j for j in excluded_first if j in changed]
     for index in order:
@@ -135,7 +154,7 @@ def _terms(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapp
         if filtered and not rows.take(1):
             continue
         read = _ReaderWithout(spark, job, plan, versions, excluded)
-        terms.append(walk(plan, index, rows, read, cached=cached))
+        terms.append(walk(plan, index, rows, read, cached=cached, start_bounds=bounds[index]))
     return terms
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.key_range import boundable
 from airflow_backfill.engine.delta.log import load_table
@@ -80,18 +80,22 @@ def flat_schema(plan: JoinPlan, schemas: Mapping[str, StructType]) -> StructType
 
 
 def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], keys: DataFrame,
-               key_columns: list[str], *, semi_join: bool, bounded: bool = True) -> DataFrame:
+               key_columns: list[str], *, semi_join: bool, bounded: bool = True,
+               known: tuple[Any, Any] | None = None) -> DataFrame:
     """Table `index` (flat) where its `columns` equal some row of `keys` (`key_columns`, in
     the same order): bounded by the range of the first key column when its type bounds
-    exactly (and `bounded`), then semi-joined with the keys when `semi_join`."""
+    exactly (and `bounded`; `known`: that range, or a wider one, already read), then
+    semi-joined with the keys when `semi_join`."""
     from pyspark.sql import functions as F
 
     renamed = [f"__key{i}" for i in range(len(key_columns))]  # the keys may be this table's own columns
     keys = keys.select(*(F.col(quote(k)).alias(r) for k, r in zip(key_columns, renamed, strict=True)))
     first = next(f for f in rows.schema.fields if f.name == columns[0])
     if bounded and boundable(first.dataType):
-        bounds = keys.agg(F.min(F.col(renamed[0])), F.max(F.col(renamed[0]))).first()
-        low, high = (None, None) if bounds is None else bounds
+        if known is None:
+            bounds = keys.agg(F.min(F.col(renamed[0])), F.max(F.col(renamed[0]))).first()
+            known = (None, None) if bounds is None else (bounds[0], bounds[1])
+        low, high = known
         column = F.col(quote(first.name))
         if low is None:
             rows = rows.filter(F.lit(False))
@@ -107,14 +111,17 @@ def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], 
 
 
 def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: frozenset[int] = frozenset(),
-         semi_join: bool = True, bounded: bool = True, cached: list[DataFrame] | None = None) -> DataFrame:
+         semi_join: bool = True, bounded: bool = True, cached: list[DataFrame] | None = None,
+         start_bounds: Mapping[str, tuple[Any, Any]] | None = None) -> DataFrame:
     """`rows` (flat columns of table `start`, plus any carried columns) joined with every
     other table except `skip`, along the tree. The columns of `skip` are NULL (rows in
     which those tables are padded). Intermediate results are cached into `cached` (each
     is read twice: for the next table's bounds and for its join). Without `semi_join` (a
     snapshot chunk, large and not cached) only the tables next to `start` get bounds:
     bounds further out would recompute the joins so far. Without `bounded` none do (rows
-    that span every key would pay a scan for bounds that skip nothing)."""
+    that span every key would pay a scan for bounds that skip nothing). `start_bounds`:
+    ranges of `start`'s columns (`first_hop_columns`) known to hold `rows`' values, so the
+    tables next to `start` are bounded without a job of their own."""
     current, included, queue = rows, {start}, [start]
     while queue:
         here = queue.pop(0)
@@ -128,14 +135,28 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
                 cached.append(current)
             keys = current.select(*(quote(c) for c in here_columns)).distinct() if semi_join \
                 else current.select(*(quote(c) for c in here_columns))
+            known = (start_bounds or {}).get(here_columns[0]) if here == start else None
             other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
                                semi_join=semi_join,
-                               bounded=bounded and (semi_join or here == start) and read.skippable(there))
+                               bounded=bounded and (semi_join or here == start) and read.skippable(there),
+                               known=known)
             condition = _equal(here_columns, [flat_column(plan.tables[there].name, c) for _, c in pairs])
             current = current.join(other, condition, "inner" if kind == INNER else "left")
             included.add(there)
             queue.append(there)
     return with_padded(current, plan, skip, read)
+
+
+def first_hop_columns(plan: JoinPlan, start: int) -> list[str]:
+    """The flat columns of table `start` whose ranges bound its neighbours' reads in `walk`
+    (the first column of each edge)."""
+    columns = []
+    for there in plan.neighbours(start):
+        _, pairs = edge(plan, start, there)
+        column = flat_column(plan.tables[start].name, pairs[0][0])
+        if column not in columns:
+            columns.append(column)
+    return columns
 
 
 def with_padded(rows: DataFrame, plan: JoinPlan, tables: frozenset[int], read: Reader) -> DataFrame:
