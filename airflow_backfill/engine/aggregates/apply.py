@@ -132,18 +132,23 @@ def apply_aggregate_changes(
 def fold_signed_rows(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, signed: DataFrame, upstream: StructType,
     info: CommitInfo, *, recompute_at: int | None, leaving_groups: DataFrame | None = None,
+    change_rows: int | None = None,
 ) -> tuple[int, int, RoundPlan]:
     """Fold signed rows of the query's `source` (its columns, typed as in `upstream`, plus
     `__sign`) into the state and the MV, committing both at `info.epoch` through
     `commit_round` (`recompute_at`: as there; None when the query's `source` is no single
     table to recompute from, as for a join's flat relation). `leaving_groups`: state rows
     of groups whose every row leaves (a join's `leave_arrive`), subtracted whole.
+    `change_rows`: the round's change rows when the caller counted them (a join's netted
+    upstream rows), else the signed rows and groups are counted here (a job over each; a
+    join's rows that join nothing then fold into no group).
 
-    Returns (signed rows and groups folded, MV rows changed, the plan).
+    Returns (change rows folded, MV rows changed, the plan).
     """
     aggregate = _aggregate(plan)
     state = read_state(spark, job, _state_columns(aggregate))
-    change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)
+    if change_rows is None:
+        change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)
     if not change_rows:
         _commit_watermarks_only(spark, job, state.schema, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")

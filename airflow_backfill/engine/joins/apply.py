@@ -113,7 +113,8 @@ def apply_join_round(
             schema = _flat_struct(spark, job, plan, target)
             # recompute_at=None: the aggregate's recompute reads one upstream, a join has several
             _, changed, chosen = fold_signed_rows(spark, job, plan.flat, changes.rows, schema, info,
-                                                  recompute_at=None, leaving_groups=changes.leaving_groups)
+                                                  recompute_at=None, leaving_groups=changes.leaving_groups,
+                                                  change_rows=changes.change_rows)
             recorded = time.monotonic() - started
         else:
             changed, chosen, recorded = _write_stateless(

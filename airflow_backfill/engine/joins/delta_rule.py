@@ -95,9 +95,9 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
         for frame in cached:
             frame.unpersist()
         raise
+    # Read once, by the aggregate's fold or the stateless round's held keyed changes: not cached.
     rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else no_rows(spark, job, plan, new)
-    rows = rows.cache()  # an aggregate counts them, then folds them
-    return JoinChanges(rows, change_rows, [*cached, rows])
+    return JoinChanges(rows, change_rows, cached)
 
 
 def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, old: int,

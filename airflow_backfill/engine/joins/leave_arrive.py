@@ -101,10 +101,8 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
         for frame in cached:
             frame.unpersist()
         raise
+    # Read once, by the aggregate's fold or the stateless round's held keyed changes: not cached.
     rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else no_rows(spark, job, plan, new)
-    if plan.flat.aggregate is not None:
-        rows = rows.cache()  # counted, then folded (a stateless round holds its keyed changes, not these)
-        cached.append(rows)
     return JoinChanges(rows, change_rows, cached, leaving, leaving_groups)
 
 
