@@ -17,6 +17,7 @@ from airflow_backfill.engine.aggregates import apply as aggregate_apply
 from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
 from airflow_backfill.engine.aggregates.snapshot import partials_uri
 from airflow_backfill.engine.aggregates.state import state_uri
+from airflow_backfill.engine.delta.log import last_commit_metadata
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -278,3 +279,17 @@ def test_group_by_without_aggregates_keeps_each_distinct_key_while_it_has_rows(s
     apply_epoch(upstream, [("delete", 0, row())])  # the last ("a", 1)
     forward_one(spark, job)
     check(upstream, job, ["g", "x"])
+
+
+@pytest.mark.parametrize("having", ["", " HAVING COUNT(*) > 1"], ids=["every group shown", "having"])
+def test_the_snapshot_records_its_groups_and_mv_rows(spark, tables, having):
+    """The groups come from the state commit's metrics; without HAVING the MV has a row per
+    group, with it the shown rows are counted."""
+    query = f"SELECT g, COUNT(*) AS n FROM source GROUP BY g{having}"
+    create(tables["source"], [row(g="a", x=1), row(g="a", x=2), row(g="b", x=3), row(g=None, x=4)])
+    job = job_for(tables, query)
+    result = run_snapshot(spark, job)
+    assert result.rows == mv_rows(job.target).num_rows == (1 if having else 3)
+    metadata = last_commit_metadata(job.target)
+    assert int(metadata["groups"]) == table_rows(state_uri(job.target)).num_rows == 3
+    assert int(metadata["rows"]) == result.rows
