@@ -139,9 +139,10 @@ def fold_signed_rows(
     `commit_round` (`recompute_at`: as there; None when the query's `source` is no single
     table to recompute from, as for a join's flat relation). `leaving_groups`: state rows
     of groups whose every row leaves (a join's `leave_arrive`), subtracted whole.
-    `change_rows`: the round's change rows when the caller counted them (a join's netted
-    upstream rows), else the signed rows and groups are counted here (a job over each; a
-    join's rows that join nothing then fold into no group).
+    `change_rows`: the round's change rows when the caller counted them already (a join's
+    netted upstream rows; changes that join nothing then fold into no group and the round
+    commits only the watermarks); otherwise the signed rows and the groups are counted
+    here, a job each.
 
     Returns (change rows folded, MV rows changed, the plan).
     """
