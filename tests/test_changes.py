@@ -92,3 +92,37 @@ def test_a_unique_key_rewritten_in_every_way_is_not_refused(spark):
     )
     rows = {r.order_id: r["__deleted"] for r in net_changes(feed, ("order_id",)).collect()}
     assert rows == {1: True, 2: False}
+
+
+def test_keys_the_where_left_out_before_and_after_do_not_change_the_mv(spark):
+    plan = plan_query(
+        "SELECT order_id AS id, amount * 2 AS doubled FROM source WHERE status <> 'cancelled'",
+        ("order_id",),
+    )
+    feed = spark.createDataFrame(
+        [
+            (1, "cancelled", 1.0, "update_preimage", 1),  # left out before and after: no MV change
+            (1, "cancelled", 2.0, "update_postimage", 1),
+            (2, "paid", 2.0, "update_preimage", 1),  # held, then filtered out: leaves the MV
+            (2, "cancelled", 2.0, "update_postimage", 1),
+            (3, "cancelled", 3.0, "update_preimage", 1),  # filtered out, then held: enters
+            (3, "paid", 3.0, "update_postimage", 2),
+            (4, "paid", 4.0, "insert", 1),  # arrives and leaves within the range: never held
+            (4, "paid", 4.0, "delete", 2),
+            (5, "cancelled", 5.0, "insert", 1),  # arrives filtered out: never held
+            (6, "paid", 6.0, "delete", 2),  # held, then deleted: leaves
+            (7, "paid", 7.0, "update_preimage", 1),  # held before, filtered out, held again
+            (7, "cancelled", 7.0, "update_postimage", 1),
+            (7, "cancelled", 7.0, "update_preimage", 2),
+            (7, "paid", 8.0, "update_postimage", 2),
+        ],
+        FEED_SCHEMA,
+    )
+    net = net_changes(feed, plan.upstream_key, keep_first_image=True)
+    changes = mv_changes(spark, net, plan)
+    assert changes.columns == ["id", "doubled", "__present", "__arrived"]
+    assert sorted(tuple(r) for r in changes.collect()) == [
+        (2, None, None, False), (3, 6.0, True, False), (6, None, None, False), (7, 16.0, True, False)]
+    # Without the rows before the range every departure is kept, held or not.
+    kept = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
+    assert sorted(r["id"] for r in kept.collect()) == [1, 2, 3, 4, 5, 6, 7]

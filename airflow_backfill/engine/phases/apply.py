@@ -244,7 +244,8 @@ def _apply_stateless(
             _prove_upstream_key(spark, job, plan, info.epoch)
         return _recompute(spark, job, plan, None, 0, early, info)
     feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
-    net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key)
+    net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
+                      keep_first_image=plan.filters_rows)
     ask_upstream = job.verify_primary_key and plan.filters_rows
     if ask_upstream:
         net = net.cache()

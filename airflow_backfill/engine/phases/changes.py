@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession, WindowSpec
 
 DELETED = "__deleted"
+BEFORE = "__before"
+"""The key's row before the range (a struct of the upstream columns), under `keep_first_image`."""
+HELD_BEFORE = "__held_before"
+"""Whether the key had a row before the range (its earliest change took one out)."""
+_EARLIEST = "__earliest"
 
 # Within one commit a key can appear more than once (a rewrite removes and re-adds it);
 # the image that survives the commit is the highest-ranked one.
@@ -28,7 +33,10 @@ _ARRIVING = ("insert", "update_postimage")
 _LEAVING = ("delete", "update_preimage")
 
 
-def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_repeated_keys: bool = True) -> DataFrame:
+def net_changes(
+    changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_repeated_keys: bool = True,
+    keep_first_image: bool = False,
+) -> DataFrame:
     """The last image of every upstream key changed in the feed, flagged when deleted.
 
     Output: the upstream's columns plus `__deleted` (true when the key no longer exists
@@ -45,6 +53,11 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
     map-side top-1 before its shuffle). A second row arriving for a key that was there
     before the range does not show in the feed: the MERGE refuses it (`__arrived` on a
     key the MV holds), or `repeated_keys` when the query may have filtered the first row out.
+
+    With `keep_first_image`, each key also carries the row it had before the range
+    (`__before`, a struct of the upstream columns; `__held_before` tells whether it had
+    one): the earliest change row when that is a pre-image or a delete. A query with a
+    WHERE needs it to tell a key that leaves the MV from one the MV never held.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -63,6 +76,14 @@ def net_changes(changes: DataFrame, upstream_key: tuple[str, ...], *, refuse_rep
     else:
         netted = ranked.withColumn("__n", F.row_number().over(latest_first))
         flags = [deleted.alias(DELETED)]
+    if keep_first_image:
+        # Same partitioning and order as the netting: no other shuffle or sort. Read newest
+        # first, the last row of the key's whole frame is its earliest change.
+        whole_key = latest_first.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+        earliest = F.last(F.struct(*(F.col(f"`{c}`") for c in upstream_columns), F.col(CHANGE_TYPE))).over(whole_key)
+        netted = netted.withColumn(_EARLIEST, earliest)
+        flags += [F.col(_EARLIEST).dropFields(CHANGE_TYPE).alias(BEFORE),
+                  F.col(f"{_EARLIEST}.{CHANGE_TYPE}").isin(*_LEAVING).alias(HELD_BEFORE)]
     return netted.filter(F.col("__n") == 1).select(*upstream_columns, *flags)
 
 
@@ -143,20 +164,45 @@ def mv_changes(spark: SparkSession, net: DataFrame, plan: QueryPlan) -> DataFram
     (and `__arrived` when `net` has it).
 
     A stateless query maps each live upstream row to at most one MV row with the same
-    key; keys whose new image is deleted or filtered out leave the MV. Keys are matched
-    NULL-safely: an upstream that is itself an aggregate MV may have a NULL group key.
+    key; keys whose new image is deleted or filtered out leave the MV (when `net` carries
+    each key's row before the range, only those the MV held). Keys are matched NULL-safely:
+    an upstream that is itself an aggregate MV may have a NULL group key.
     """
     from pyspark.sql import functions as F
 
     flags = [column for column in (ARRIVED,) if column in net.columns]
-    live = net.filter(~F.col(DELETED)).drop(DELETED, *flags)
+    images = [column for column in (BEFORE, HELD_BEFORE) if column in net.columns]
+    live = net.filter(~F.col(DELETED)).drop(DELETED, *flags, *images)
     new_rows = apply_query(spark, live, plan.query).withColumn(PRESENT, F.lit(True)).alias("n")
     changed_keys = net.select(
         *(F.col(upstream).alias(mv) for upstream, mv in zip(plan.upstream_key, plan.mv_key, strict=True)), *flags
     ).distinct().alias("k")
     same_key = [F.col(f"k.`{key}`").eqNullSafe(F.col(f"n.`{key}`")) for key in plan.mv_key]
-    return changed_keys.join(new_rows, on=same_key, how="left").select(
+    keyed = changed_keys.join(new_rows, on=same_key, how="left").select(
         *(F.col(f"k.`{column}`" if column in plan.mv_key else f"n.`{column}`").alias(column)
           for column in new_rows.columns),
         *(F.col(f"k.{flag}") for flag in flags),
     )
+    if not images:
+        return keyed
+    return _without_keys_never_held(spark, keyed, net, plan)
+
+
+def _without_keys_never_held(spark: SparkSession, keyed: DataFrame, net: DataFrame, plan: QueryPlan) -> DataFrame:
+    """`keyed` without the departures of keys the MV held neither before nor after the range.
+
+    Under a WHERE, a key whose new image is filtered out or deleted leaves the MV only if
+    its row before the range passed the query: an update of a row the query leaves out
+    (or a row inserted and deleted within the range) changes nothing in the MV. Dropping
+    those keys keeps a round of updates made of new rows only, which a replace writes
+    without Delta's MERGE.
+    """
+    from pyspark.sql import functions as F
+
+    before = net.filter(F.col(HELD_BEFORE)).select(f"{BEFORE}.*")
+    held = apply_query(spark, before, plan.query).select(
+        *(F.col(f"`{key}`") for key in plan.mv_key)).withColumn(HELD_BEFORE, F.lit(True)).alias("h")
+    same_key = [F.col(f"c.`{key}`").eqNullSafe(F.col(f"h.`{key}`")) for key in plan.mv_key]
+    kept = keyed.alias("c").join(held, on=same_key, how="left").filter(
+        F.col(f"c.{PRESENT}").isNotNull() | F.col(f"h.{HELD_BEFORE}").isNotNull())
+    return kept.select(*(F.col(f"c.`{column}`").alias(column) for column in keyed.columns))

@@ -78,12 +78,12 @@ class Rates:
     plan but a recompute chosen before the feed)."""
     aggregate_fixed: float = 0.4
     """Folding an aggregate's changes into its touched groups (joined with their old state)."""
-    per_change_row: float = 6.2e-6
+    per_change_row: float = 8e-6
     per_written_row: float = 0.4e-6
     """Writing a row (append, the new rows of replace, every row of an overwrite)."""
     per_read_row: float = 0.9e-6
     """Reading a row of the table being overwritten."""
-    per_key: float = 0.5e-6
+    per_key: float = 5e-6
     """Joining a changed key with the table's (replace, delete)."""
     per_scanned_row: float = 0.12e-6
     """Reading the key columns of a row in the files the changes' range touches (replace, delete)."""
