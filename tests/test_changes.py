@@ -126,3 +126,15 @@ def test_keys_the_where_left_out_before_and_after_do_not_change_the_mv(spark):
     # Without the rows before the range every departure is kept, held or not.
     kept = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
     assert sorted(r["id"] for r in kept.collect()) == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_the_feed_is_counted_with_the_rows_it_brings_in(spark):
+    from airflow_backfill.engine.phases.changes import count_changes
+
+    feed = spark.createDataFrame(
+        [(1, "a", 1.0, "insert", 1), (2, "a", 1.0, "update_preimage", 1), (2, "b", 1.0, "update_postimage", 1),
+         (3, "a", 1.0, "delete", 2)],
+        FEED_SCHEMA,
+    )
+    assert count_changes(feed) == (4, 2)
+    assert count_changes(feed.filter("_change_type = 'delete'")) == (1, 0)

@@ -46,7 +46,13 @@ from airflow_backfill.engine.delta.keyed_writes import (
 )
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import apply_query, duplicate_key, mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import (
+    apply_query,
+    count_changes,
+    duplicate_key,
+    mv_changes,
+    net_changes,
+)
 from airflow_backfill.engine.phases.repeated_keys import (
     held_times,
     refuse_arrived_keys_held_twice,
@@ -223,8 +229,9 @@ def _apply_stateless(
     into the MV the way the round's plan chose (or recompute the MV when that is cheaper).
 
     The change rows are cached and counted (the commit records them, the rate limit paces
-    by them); the keyed MV changes are held in memory for the plan's estimates and the
-    write. Returns (the version committed as the watermark, change rows read, MV keys
+    by them), and so are those that bring a row in: without any, no key can end the range
+    held twice, and its checks are skipped. The keyed MV changes are held in memory for
+    the plan's estimates and the write. Returns (the version committed as the watermark, change rows read, MV keys
     changed, the plan).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
@@ -244,18 +251,17 @@ def _apply_stateless(
             _prove_upstream_key(spark, job, plan, info.epoch)
         return _recompute(spark, job, plan, None, 0, early, info)
     feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
-    net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
-                      keep_first_image=plan.filters_rows)
-    ask_upstream = job.verify_primary_key and plan.filters_rows
-    if ask_upstream:
-        net = net.cache()
+    net: DataFrame | None = None
     try:
-        change_rows = feed.count()
-        if ask_upstream:
+        change_rows, arriving_rows = count_changes(feed)
+        net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
+                          keep_first_image=plan.filters_rows)
+        if not arriving_rows:  # only departures: a key held once at the watermark is held at most once now
+            net = net.drop(ARRIVED)
+        elif job.verify_primary_key and plan.filters_rows:
+            net = net.cache()
             refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
         keyed = mv_changes(spark, net, plan)
-        if early is not None:
-            return _recompute(spark, job, plan, keyed, change_rows, early, info)
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
         try:
@@ -279,7 +285,8 @@ def _apply_stateless(
         raise RepeatedKeyError(list(job.primary_key), job.source,
                                f"{repeated} is held twice between epochs {watermark + 1} and {info.epoch}") from None
     finally:
-        net.unpersist()
+        if net is not None:
+            net.unpersist()
         feed.unpersist()
 
 

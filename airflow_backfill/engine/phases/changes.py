@@ -114,6 +114,14 @@ def _flag_repeated_keys(ranked: DataFrame, latest_first: WindowSpec) -> DataFram
     return spanned.withColumn("__repeated", high - low > 1)
 
 
+def count_changes(feed: DataFrame) -> tuple[int, int]:
+    """(change rows, those that bring a row in: inserts and post-images), in one job."""
+    from pyspark.sql import functions as F
+
+    row = feed.agg(F.count(F.lit(1)), F.count(F.when(F.col(CHANGE_TYPE).isin(*_ARRIVING), 1))).first()
+    return (int(row[0]), int(row[1])) if row is not None else (0, 0)
+
+
 def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Every change row as an upstream row (only `columns`) with `__sign`: +1 when it
     arrives, -1 when it leaves.
