@@ -109,7 +109,7 @@ def test_keys_the_where_left_out_before_and_after_do_not_change_the_mv(spark):
             (3, "paid", 3.0, "update_postimage", 2),
             (4, "paid", 4.0, "insert", 1),  # arrives and leaves within the range: never held
             (4, "paid", 4.0, "delete", 2),
-            (5, "cancelled", 5.0, "insert", 1),  # arrives filtered out: never held
+            (5, "cancelled", 5.0, "insert", 1),  # arrives filtered out: kept, its key is checked
             (6, "paid", 6.0, "delete", 2),  # held, then deleted: leaves
             (7, "paid", 7.0, "update_preimage", 1),  # held before, filtered out, held again
             (7, "cancelled", 7.0, "update_postimage", 1),
@@ -122,7 +122,8 @@ def test_keys_the_where_left_out_before_and_after_do_not_change_the_mv(spark):
     changes = mv_changes(spark, net, plan)
     assert changes.columns == ["id", "doubled", "__present", "__arrived"]
     assert sorted(tuple(r) for r in changes.collect()) == [
-        (2, None, None, False), (3, 6.0, True, False), (6, None, None, False), (7, 16.0, True, False)]
+        (2, None, None, False), (3, 6.0, True, False), (5, None, None, True), (6, None, None, False),
+        (7, 16.0, True, False)]
     # Without the rows before the range every departure is kept, held or not.
     kept = mv_changes(spark, net_changes(feed, plan.upstream_key), plan)
     assert sorted(r["id"] for r in kept.collect()) == [1, 2, 3, 4, 5, 6, 7]

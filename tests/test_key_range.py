@@ -37,6 +37,8 @@ def changes(spark, rows: list[tuple], schema: str):
 def test_key_range_and_table_maximum(spark, tmp_path):
     frame = changes(spark, [(4, True), (None, None), (9, None)], "k long")
     assert key_range(frame, "k", PRESENT) == KeyRange("k", 4, 9, True, 1, 3)
+    flagged = frame.selectExpr("*", "k > 5 AS arrived")
+    assert key_range(flagged, "k", PRESENT, "arrived").flagged_rows == 1
 
     uri = str(tmp_path / "t")
     append(spark.createDataFrame([], "k long"), uri, app_id=APP, version=0, user_metadata="{}", create=True)

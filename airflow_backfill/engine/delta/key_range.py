@@ -42,6 +42,8 @@ class KeyRange:
     """Rows that put a row in the table (the others delete their key)."""
     rows: int | None = None
     """Rows in all (one per changed key), when counted."""
+    flagged_rows: int = 0
+    """Rows whose boolean `flag` column is true, when `key_range` was given one."""
 
     def predicate(self, column: Column, data_type: DataType) -> Column:
         """A condition on the target's `column` that every target row a change matches meets.
@@ -65,17 +67,20 @@ def boundable(data_type: DataType) -> bool:
     return type(data_type).__name__ in _BOUNDABLE_TYPES
 
 
-def key_range(changes: DataFrame, column: str, present: str) -> KeyRange:
-    """The range of `column` over `changes` and the count of rows with `present` set (one job)."""
+def key_range(changes: DataFrame, column: str, present: str, flag: str | None = None) -> KeyRange:
+    """The range of `column` over `changes`, the count of rows with `present` set and, with
+    `flag`, of rows whose `flag` is true (one job)."""
     from pyspark.sql import functions as F
 
     key = F.col(f"`{column}`")
+    flagged = F.count(F.when(F.col(f"`{flag}`"), 1)) if flag is not None else F.lit(0)
     row = changes.agg(
         F.min(key).alias("low"), F.max(key).alias("high"),
         F.count(F.when(key.isNull(), 1)).alias("nulls"),
-        F.count(F.col(f"`{present}`")).alias("present"), F.count(F.lit(1)).alias("rows"),
+        F.count(F.col(f"`{present}`")).alias("present"), F.count(F.lit(1)).alias("rows"), flagged.alias("flagged"),
     ).collect()[0]
-    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]), int(row["rows"]))
+    return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]), int(row["rows"]),
+                    int(row["flagged"]))
 
 
 def table_rows(uri: str, version: int | None = None) -> int:

@@ -88,7 +88,8 @@ class PreparedChanges:
 
     @property
     def arrived(self) -> bool:
-        return ARRIVED in self.frame.columns
+        """Whether some change's key arrived (`__arrived`, counted by `prepare`)."""
+        return ARRIVED in self.frame.columns and self.changed.flagged_rows > 0
 
     def estimates(self, rates: Rates) -> dict[str, float]:
         """Seconds each way that can apply these changes would take."""
@@ -105,7 +106,7 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     target = spark.read.format("delta").option("versionAsOf", version).load(uri).schema
     frame = conform(changes, target).persist()
     leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
-    changed = key_range(frame, leading.name, PRESENT)
+    changed = key_range(frame, leading.name, PRESENT, ARRIVED if ARRIVED in frame.columns else None)
     usable = boundable(leading.dataType)
     table_max = table_key_max(uri, leading.name) if usable else None
     total, touched = rows_in_range(uri, leading.name, changed if usable else None)
@@ -131,7 +132,7 @@ def write(
     if way == MERGE:
         merge_changes(spark, prepared.uri, prepared.frame, prepared.key, _merge_bound(prepared),
                       app_id=app_id, version=version, user_metadata=user_metadata, null_safe=prepared.null_safe,
-                      deletes_only=prepared.changed.present_rows == 0 and not _any_arrived(prepared))
+                      deletes_only=prepared.changed.present_rows == 0 and not prepared.arrived)
         return rows
     if prepared.arrived:
         refuse_arrived_keys_held(spark, prepared)
@@ -228,14 +229,6 @@ def _refuse_unfit_way(way: str, prepared: PreparedChanges) -> None:
     if (way == REPLACE and present != rows) or (way == DELETE and present != 0):
         raise ValueError(f"cannot {way} {rows} changed keys of which {present} have a new row: "
                          "only a merge or an overwrite applies both kinds of change")
-
-
-def _any_arrived(prepared: PreparedChanges) -> bool:
-    """Whether a change has `__arrived` (a small job over the held changes): the delete-only
-    MERGE has no clause to refuse a repeated key with."""
-    from pyspark.sql import functions as F
-
-    return prepared.arrived and bool(prepared.frame.filter(F.col(ARRIVED)).limit(1).count())
 
 
 def cheapest_way(prepared: PreparedChanges, rates: Rates, round_plan: str = AUTO) -> str:

@@ -230,7 +230,8 @@ def _apply_stateless(
 
     The change rows are cached and counted (the commit records them, the rate limit paces
     by them), and so are those that bring a row in: without any, no key can end the range
-    held twice, and its checks are skipped. The keyed MV changes are held in memory for
+    held twice, and its checks are skipped; so are they when `prepare`, which counts the
+    keys that arrived, finds none. The keyed MV changes are held in memory for
     the plan's estimates and the write. Returns (the version committed as the watermark, change rows read, MV keys
     changed, the plan).
     """
@@ -256,15 +257,17 @@ def _apply_stateless(
         change_rows, arriving_rows = count_changes(feed)
         net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
                           keep_first_image=plan.filters_rows)
+        ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
         if not arriving_rows:  # only departures: a key held once at the watermark is held at most once now
             net = net.drop(ARRIVED)
-        elif job.verify_primary_key and plan.filters_rows:
+        elif ask_upstream:
             net = net.cache()
-            refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
         keyed = mv_changes(spark, net, plan)
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
         try:
+            if ask_upstream and prepared.arrived:  # prepare counted the keyed changes' arrivals
+                refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
             facts = stateless_facts(prepared, change_rows, table_rows(job.source, info.epoch),
                                     job.verify_primary_key)
             chosen = plan_round(job, round_estimates(facts, rates_at(info.parallelism)), describe(facts))

@@ -203,7 +203,8 @@ def _without_keys_never_held(spark: SparkSession, keyed: DataFrame, net: DataFra
     its row before the range passed the query: an update of a row the query leaves out
     (or a row inserted and deleted within the range) changes nothing in the MV. Dropping
     those keys keeps a round of updates made of new rows only, which a replace writes
-    without Delta's MERGE.
+    without Delta's MERGE. Keys that arrived stay, so that counting the arrivals in the
+    keyed changes counts them all (the round's key checks start from that count).
     """
     from pyspark.sql import functions as F
 
@@ -211,6 +212,8 @@ def _without_keys_never_held(spark: SparkSession, keyed: DataFrame, net: DataFra
     held = apply_query(spark, before, plan.query).select(
         *(F.col(f"`{key}`") for key in plan.mv_key)).withColumn(HELD_BEFORE, F.lit(True)).alias("h")
     same_key = [F.col(f"c.`{key}`").eqNullSafe(F.col(f"h.`{key}`")) for key in plan.mv_key]
-    kept = keyed.alias("c").join(held, on=same_key, how="left").filter(
-        F.col(f"c.{PRESENT}").isNotNull() | F.col(f"h.{HELD_BEFORE}").isNotNull())
+    kept_when = F.col(f"c.{PRESENT}").isNotNull() | F.col(f"h.{HELD_BEFORE}").isNotNull()
+    if ARRIVED in keyed.columns:
+        kept_when = kept_when | F.col(f"c.{ARRIVED}")
+    kept = keyed.alias("c").join(held, on=same_key, how="left").filter(kept_when)
     return kept.select(*(F.col(f"c.`{column}`").alias(column) for column in keyed.columns))
