@@ -143,3 +143,24 @@ def test_a_key_held_twice_is_refused_before_anything_is_committed(spark, tables,
     with pytest.raises(RepeatedKeyError, match="order_id=7"):
         run_catch_up(spark, job)
     assert len(mv_commits(job.target)) == 1
+
+
+def test_updates_of_rows_the_where_leaves_out_keep_a_round_of_new_rows_a_replace(spark, tables, monkeypatch):
+    """A key whose rows before and after the round both fail the WHERE is no change to the
+    MV: updates of such rows beside updates of held rows still make a replace, not a
+    MERGE of new rows and departures."""
+    source = tables["source"]
+    create_orders_table(source, rows=300, seed=21)
+    job = plan_job(tables, "replace", monkeypatch)
+    run_snapshot(spark, job)
+    upstream = DeltaTable(source).to_pyarrow_table(columns=["order_id", "status"]).to_pylist()
+    left_out = [row["order_id"] for row in upstream if row["status"] == "cancelled"][:5]
+    held = [row["order_id"] for row in upstream if row["status"] != "cancelled"][:5]
+    assert len(left_out) == len(held) == 5
+    DeltaTable(source).update(updates={"amount": "amount + 1"},
+                              predicate=f"order_id IN ({', '.join(map(str, left_out + held))})")
+
+    run_catch_up(spark, job)
+
+    assert round_plans(job.target) == ["replace"]
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
