@@ -104,10 +104,14 @@ def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, t
 
 
 @pytest.mark.spark
-def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(spark, tables):
+@pytest.mark.parametrize("checked_by", ["driver", "spark"])
+def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(spark, tables, monkeypatch, checked_by):
     source = tables["source"]
     job, top = snapshotted_mv(spark, tables, rows=60, seed=5)
-    append_orders(source, [top + 1, top + 1, top + 2])  # an upstream whose key is not unique
+    if checked_by == "spark":  # more appended rows than the driver reads
+        monkeypatch.setattr(repeated_keys, "DRIVER_KEY_CHECK_ROWS", 0)
+    append_orders(source, [top + 1, top + 2])
+    append_orders(source, [top + 3, top + 1])  # an upstream whose key is not unique, across two files
 
     # Above the upstream's largest key: no earlier row can hold them, the added rows tell.
     assert_refused_without_a_commit(spark, job, rf"not unique in the upstream.*order_id={top + 1} is held 2 times at epoch")

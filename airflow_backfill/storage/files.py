@@ -16,6 +16,7 @@ from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import is_object_store
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyarrow.fs import FileSystem
 
 
@@ -98,6 +99,16 @@ def size(uri: str) -> int:
         return os.path.getsize(uri.removeprefix("file://"))
     filesystem, path = _remote(uri)
     return int(filesystem.get_file_info(path).size or 0)
+
+
+def read_parquet_columns(uri: str, columns: list[str]) -> pa.Table:
+    """`columns` of one Parquet data file, read on the driver (a few small files' keys)."""
+    import pyarrow.parquet as pq
+
+    if not is_object_store(uri):
+        return pq.read_table(uri.removeprefix("file://"), columns=columns)
+    filesystem, path = _remote(uri)
+    return pq.read_table(path, columns=columns, filesystem=filesystem)
 
 
 def read_text(uri: str) -> str | None:

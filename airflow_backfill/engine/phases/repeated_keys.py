@@ -17,11 +17,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from airflow_backfill.engine.delta.commits import ARRIVED
 from airflow_backfill.engine.delta.key_range import KeyRange, all_above, boundable, key_range, table_key_max
+from airflow_backfill.engine.delta.log import arrow_schema, load_table
 from airflow_backfill.engine.phases.changes import duplicate_key
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.exceptions import RepeatedKeyError
+from airflow_backfill.storage.files import read_parquet_columns
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,19 +46,47 @@ def refuse_repeated_appended_keys(
 
     The added rows alone tell when no earlier row can hold their keys: the query keeps
     every upstream row (the keys lie above the MV's), or they lie above the upstream's
-    largest key at the watermark (file statistics). One small Spark job over their key
-    columns then proves them, as the snapshot proves its rows. Otherwise a query with a
-    WHERE may have left an earlier row of the key out of the MV: the upstream is read
-    over the added keys' range.
+    largest key at the watermark (file statistics). Their key columns then prove them, as
+    the snapshot proves its rows: read on the driver when the files hold at most
+    `DRIVER_KEY_CHECK_ROWS` rows (a forward epoch's few thousand keys, without a Spark
+    job), else by one small Spark job. Otherwise a query with a WHERE may have left an
+    earlier row of the key out of the MV: the upstream is read over the added keys' range.
     """
     if not appended.paths or not job.verify_primary_key:
         return
     if plan.filters_rows and not all_above(appended.keys, _largest_key_at(job, appended.keys.column, watermark)):
         refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
         return
-    duplicate = duplicate_key(appended_rows, plan.upstream_key)
+    if appended.keys.present_rows <= DRIVER_KEY_CHECK_ROWS:
+        duplicate = _repeated_in_files(appended.paths, _file_columns(job, plan.upstream_key))
+    else:
+        duplicate = duplicate_key(appended_rows, plan.upstream_key)
     if duplicate is not None:
         raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, appended.end_version))
+
+
+DRIVER_KEY_CHECK_ROWS = 200_000
+"""Appended rows whose keys are proved on the driver (two 8-byte keys: about 3 MiB)."""
+
+
+def _file_columns(job: BackfillJob, key: tuple[str, ...]) -> list[str]:
+    """The key columns as the upstream's files name them (Spark matches names regardless of case)."""
+    names = {name.lower(): name for name in arrow_schema(load_table(job.source)).names}
+    return [names.get(column.lower(), column) for column in key]
+
+
+def _repeated_in_files(paths: tuple[str, ...], columns: list[str]) -> tuple[dict, int] | None:
+    """One key the files' rows hold more than once, with its count (NULL keys group
+    together, as in Spark); None when each is held once."""
+    import pyarrow.compute as pc
+
+    keys = pa.concat_tables(read_parquet_columns(path, columns) for path in paths)
+    counts = keys.group_by(columns).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if not repeated.num_rows:
+        return None
+    found = repeated.slice(0, 1).to_pylist()[0]
+    return found, int(found.pop("count_all"))
 
 
 def refuse_arrived_keys_held_twice(
