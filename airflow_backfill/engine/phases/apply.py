@@ -231,9 +231,9 @@ def _apply_stateless(
     The change rows are cached and counted (the commit records them, the rate limit paces
     by them), and so are those that bring a row in: without any, no key can end the range
     held twice, and its checks are skipped; so are they when `prepare`, which counts the
-    keys that arrived, finds none. The keyed MV changes are held in memory for
-    the plan's estimates and the write. Returns (the version committed as the watermark, change rows read, MV keys
-    changed, the plan).
+    keys that arrived, finds none. The keyed MV changes are held in memory for the plan's
+    estimates and the write. Returns (the version committed as the watermark, change rows
+    read, MV keys changed, the plan).
     """
     appended = _appended_beyond_mv(job, plan, watermark, info.epoch)
     if appended is not None:

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+DRIVER_KEY_CHECK_ROWS = 200_000
+"""Appended rows whose keys are proved on the driver (two 8-byte keys: about 3 MiB)."""
+
 
 def refuse_repeated_appended_keys(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, watermark: int,
@@ -63,10 +66,6 @@ def refuse_repeated_appended_keys(
         duplicate = duplicate_key(appended_rows, plan.upstream_key)
     if duplicate is not None:
         raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, appended.end_version))
-
-
-DRIVER_KEY_CHECK_ROWS = 200_000
-"""Appended rows whose keys are proved on the driver (two 8-byte keys: about 3 MiB)."""
 
 
 def _file_columns(job: BackfillJob, key: tuple[str, ...]) -> list[str]:
