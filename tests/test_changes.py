@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_backfill.engine.delta.commits import REPEATED_KEY
-from airflow_backfill.engine.phases.changes import mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import count_changes, mv_changes, net_changes
 from airflow_backfill.engine.planning.query import plan_query
 
 pytestmark = pytest.mark.spark
@@ -130,8 +130,6 @@ def test_keys_the_where_left_out_before_and_after_do_not_change_the_mv(spark):
 
 
 def test_the_feed_is_counted_with_the_rows_it_brings_in(spark):
-    from airflow_backfill.engine.phases.changes import count_changes
-
     feed = spark.createDataFrame(
         [(1, "a", 1.0, "insert", 1), (2, "a", 1.0, "update_preimage", 1), (2, "b", 1.0, "update_postimage", 1),
          (3, "a", 1.0, "delete", 2)],
