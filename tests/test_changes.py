@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from airflow_backfill.engine.delta.commits import REPEATED_KEY
-from airflow_backfill.engine.phases.changes import count_changes, mv_changes, net_changes
+from airflow_backfill.engine.phases.changes import (
+    count_changes,
+    mv_changes,
+    net_changes,
+    some_key_gained_rows,
+)
 from airflow_backfill.engine.planning.query import plan_query
 
 pytestmark = pytest.mark.spark
@@ -137,3 +142,14 @@ def test_the_feed_is_counted_with_the_rows_it_brings_in(spark):
     )
     assert count_changes(feed) == (4, 2)
     assert count_changes(feed.filter("_change_type = 'delete'")) == (1, 0)
+
+
+@pytest.mark.parametrize(("history", "gained"), [
+    ([(1, "update_preimage", 1), (1, "update_postimage", 1), (2, "delete", 2)], False),  # in place, and a delete
+    ([(1, "delete", 1), (1, "insert", 2)], False),  # deleted, then inserted again
+    ([(1, "update_preimage", 1), (5, "update_postimage", 1)], True),  # moved onto key 5
+    ([(2, "delete", 1), (5, "insert", 2)], True),  # a new key: only the upstream can say if it was held
+])
+def test_a_key_gains_rows_when_its_change_rows_bring_in_more_than_they_take_out(spark, history, gained):
+    feed = spark.createDataFrame([(key, "paid", 1.0, kind, version) for key, kind, version in history], FEED_SCHEMA)
+    assert some_key_gained_rows(feed, ["order_id"]) is gained

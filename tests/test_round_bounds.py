@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import random
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from helpers_delta import mv_commits
 
 from airflow_backfill.engine.control import write_overrides
-from airflow_backfill.engine.delta.change_feed import change_bytes, round_end
+from airflow_backfill.engine.delta.change_feed import change_bytes, range_inserts_rows, round_end
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job import BackfillJob
@@ -72,3 +74,29 @@ def test_a_round_bound_altered_live_applies_from_the_next_round(spark, tables):
     assert [r.pending_epochs for r in result.rounds] == [4, 3, 2, 1]
     assert result.watermark == snapshot.epoch + 4
     assert_every_commit_matches(job.source, job.target, QUERY, job.app_id, key=["order_id"])
+
+
+def test_the_log_tells_which_ranges_inserted_no_row(spark, tables):
+    """UPDATE, DELETE and a MERGE without inserts (delta-rs' and delta-spark's metric names)
+    insert no row; an append or a MERGE that inserts does."""
+    from deltalake import DeltaTable
+
+    source = tables["source"]
+    create_orders_table(source, rows=20, seed=3)  # version 0
+    upstream = DeltaTable(source)
+    upstream.update(updates={"amount": "amount + 1"}, predicate="order_id < 5")  # 1
+    upstream.delete("order_id = 6")  # 2
+    changed = upstream.to_pyarrow_table().filter(pc.equal(upstream.to_pyarrow_table()["order_id"], 7))
+    upstream.merge(changed, "t.order_id = s.order_id", source_alias="s", target_alias="t") \
+        .when_matched_update_all().execute()  # 3
+    spark.sql(f"UPDATE delta.`{source}` SET amount = amount + 1 WHERE order_id = 9")  # 4
+    spark.sql(f"MERGE INTO delta.`{source}` t USING (SELECT * FROM delta.`{source}` WHERE order_id = 10) s "
+              "ON t.order_id = s.order_id WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT *")  # 5: deletes
+    assert not range_inserts_rows(source, 0, 5)
+    DeltaTable(source).merge(changed.set_column(0, "order_id", pa.array([1000], changed.schema.field("order_id").type)),
+                   "t.order_id = s.order_id", source_alias="s", target_alias="t") \
+        .when_not_matched_insert_all().execute()  # 6
+    assert range_inserts_rows(source, 5, 6)
+    commit_epoch(source, random.Random(1), inserts=1, updates=0, deletes=0)  # 7: an append
+    assert range_inserts_rows(source, 6, 7)
+    assert not range_inserts_rows(source, 0, 4)

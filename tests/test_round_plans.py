@@ -164,3 +164,29 @@ def test_updates_of_rows_the_where_leaves_out_keep_a_round_of_new_rows_a_replace
 
     assert round_plans(job.target) == ["replace"]
     assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+
+
+def test_a_recompute_proves_the_key_from_the_feed_when_the_range_inserted_no_row(spark, tables, monkeypatch):
+    """Updates in place leave every key held once: the feed's key columns show it, and the
+    upstream's keys are not counted. An UPDATE that moves a row onto a key another row
+    holds is refused all the same, by counting them."""
+    source = tables["source"]
+    create_orders_table(source, rows=50, seed=13)
+    job = orders_job(tables, round_plan="recompute")
+    run_snapshot(spark, job)
+    counted: list = []
+    count_keys = apply.duplicate_key
+    monkeypatch.setattr(apply, "duplicate_key", lambda rows, key: counted.append(key) or count_keys(rows, key))
+    DeltaTable(source).update(updates={"amount": "amount + 1"}, predicate="order_id < 20")
+    DeltaTable(source).delete("order_id = 30")
+
+    run_catch_up(spark, job)
+
+    assert counted == []
+    assert round_plans(job.target) == ["recompute"]
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+    DeltaTable(source).update(updates={"order_id": "7"}, predicate="order_id = 8")
+    with pytest.raises(RepeatedKeyError, match="order_id=7"):
+        run_catch_up(spark, job)
+    assert counted  # the key that gained a row made the round count the upstream's keys
+    assert len(mv_commits(job.target)) == 2

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.delta.change_feed import change_bytes
+from airflow_backfill.engine.delta.change_feed import change_bytes, range_inserts_rows
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
@@ -97,8 +97,9 @@ def recompute_first(
         return None
     rows = table_rows(job.source, end_version)
     changes = estimated_change_rows(job.source, watermark, end_version, rows)
-    estimates = before_the_feed(changes, rows, rates_at(parallelism), aggregate=aggregate,
-                                prove_key=job.verify_primary_key)
+    prove_key = job.verify_primary_key and not aggregate
+    estimates = before_the_feed(changes, rows, rates_at(parallelism), aggregate=aggregate, prove_key=prove_key,
+                                inserts=prove_key and range_inserts_rows(job.source, watermark, end_version))
     recompute = estimates[RECOMPUTE] * job_corrections(job).get(RECOMPUTE, 1.0)
     if not recompute_saves(recompute, estimates[INCREMENTAL]):
         return None

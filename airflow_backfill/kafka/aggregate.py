@@ -147,7 +147,7 @@ def commit_aggregate_round(
     rows = touched_groups(spark, _as_job(job), plan.aggregate, signed, state, records.schema, round_number).cache()
     try:
         if rows.isEmpty():  # no record passed WHERE: the split states move all the same
-            _commit_split_states_only(spark, job, state.schema, info)
+            _commit_split_states_only(spark, job, info)
             return
         commit_round(spark, _as_job(job), plan, plan.aggregate, rows, info, recompute_at=None)
     finally:
@@ -173,10 +173,9 @@ def _create(spark: SparkSession, job: KafkaBackfillJob, plan: QueryPlan, records
            user_metadata=replace(info, extra={"groups": str(committed.count())}).user_metadata(job), create=True)
 
 
-def _commit_split_states_only(spark: SparkSession, job: KafkaBackfillJob, state: Any, info: RoundCommit) -> None:
+def _commit_split_states_only(spark: SparkSession, job: KafkaBackfillJob, info: RoundCommit) -> None:
     metadata = info.user_metadata(job)
-    commit_watermark_only(spark, state_uri(job.target), state, app_id=job.app_id, version=info.epoch,
+    commit_watermark_only(spark, state_uri(job.target), app_id=job.app_id, version=info.epoch,
                           user_metadata=metadata)
     maybe_crash(PHASE, "after_state_commit")
-    mv = spark.read.format("delta").load(job.target).schema
-    commit_watermark_only(spark, job.target, mv, app_id=job.app_id, version=info.epoch, user_metadata=metadata)
+    commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch, user_metadata=metadata)

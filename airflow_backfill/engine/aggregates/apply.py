@@ -151,7 +151,7 @@ def fold_signed_rows(
     if change_rows is None:
         change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)
     if not change_rows:
-        _commit_watermarks_only(spark, job, state.schema, info)
+        _commit_watermarks_only(spark, job, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
     rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch,
                           leaving_groups=leaving_groups).cache()
@@ -239,15 +239,14 @@ def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     return rows_written(job.target)
 
 
-def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, state: StructType, info: CommitInfo) -> None:
+def _commit_watermarks_only(spark: SparkSession, job: BackfillJob, info: CommitInfo) -> None:
     """A range without change rows (e.g. an upstream MV's watermark-only commits): the
     state's then the MV's watermark move to the range's end, without data."""
     metadata = info.user_metadata(job)
-    commit_watermark_only(spark, state_uri(job.target), state, app_id=job.app_id, version=info.epoch,
+    commit_watermark_only(spark, state_uri(job.target), app_id=job.app_id, version=info.epoch,
                           user_metadata=metadata)
     maybe_crash(info.phase, "after_state_commit")
-    mv = spark.read.format("delta").load(job.target).schema
-    commit_watermark_only(spark, job.target, mv, app_id=job.app_id, version=info.epoch, user_metadata=metadata)
+    commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch, user_metadata=metadata)
     maybe_crash(info.phase, "after_commit")
 
 

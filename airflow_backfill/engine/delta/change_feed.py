@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -124,6 +124,31 @@ def change_bytes(source: str, version: int) -> int:
         action[kind].get("size") or 0 for action in actions for kind in ("add", "remove")
         if kind in action and action[kind].get("dataChange", True)
     ))
+
+
+_ROW_REWRITING_OPERATIONS = frozenset({"UPDATE", "DELETE", "OPTIMIZE"})
+"""Operations that rewrite or remove rows and never add one (an UPDATE may still move a
+row to another key, which only its change rows tell)."""
+
+
+def range_inserts_rows(source: str, watermark: int, end_version: int) -> bool:
+    """True unless every commit of (watermark, end_version] is known from its log entry
+    to insert no row: an UPDATE, a DELETE, an OPTIMIZE, a MERGE whose metrics count no
+    inserted row (delta-spark's and delta-rs' names), or a commit adding no data file.
+    Read from the log alone; an operation this does not know counts as inserting."""
+    for version in range(watermark + 1, end_version + 1):
+        actions = commit_actions(source, version)
+        info: dict[str, Any] = next((action["commitInfo"] for action in actions if "commitInfo" in action), {})
+        operation = str(info.get("operation", "")).upper()
+        metrics = info.get("operationMetrics") or {}
+        inserted = metrics.get("numTargetRowsInserted", metrics.get("num_target_rows_inserted"))
+        adds_data = any("add" in action and action["add"].get("dataChange", True) for action in actions)
+        if not adds_data or operation in _ROW_REWRITING_OPERATIONS:
+            continue
+        if operation == "MERGE" and inserted is not None and int(inserted) == 0:
+            continue
+        return True
+    return False
 
 
 def round_end(source: str, watermark: int, latest: int, *, max_epochs: int | None, max_bytes: int | None) -> int:

@@ -2,9 +2,11 @@
 
 Every commit carries the table's new watermark as the Delta app transaction
 (`txnAppId` = `airflow_backfill/<job>`, `txnVersion` = the upstream epoch) in the same
-atomic log entry as its data. Delta skips a write whose transaction version is not
-above the recorded one, so a retried round can neither apply its epochs twice nor move
-the watermark backwards. Commit facts (phase, epoch, parallelism, rows) travel as JSON in
+atomic log entry as its data. A write whose transaction version is not above the
+recorded one is skipped, so a retried round can neither apply its epochs twice nor move
+the watermark backwards. Appends, overwrites and replaces run in a transaction of their
+own (`transaction_write.py`, which spares Delta a rebuild of the table's state per
+commit); MERGE and DELETE take the app transaction from the session. Commit facts (phase, epoch, parallelism, rows) travel as JSON in
 the commit's `userMetadata`, which delta-rs reads back on the Airflow side.
 
 All data moves on the executors: appends and MERGE are Spark jobs, the driver only
@@ -20,7 +22,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX, load_table
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.engine.delta.transaction_write import (
+    APPEND,
+    OVERWRITE,
+    commit_watermark,
+    write_with_watermark,
+)
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
@@ -84,23 +92,27 @@ class CommitInfo:
 
 def append(
     frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
-) -> None:
-    """Append `frame` to the Delta table at `uri` (created when `create`) in one idempotent commit."""
+) -> bool:
+    """Append `frame` to the Delta table at `uri` (created when `create`) in one idempotent
+    commit; False (nothing written) when the table already has transaction `version`."""
     ensure_held(uri)
+    if not create:
+        return write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=app_id, version=version,
+                                    user_metadata=user_metadata)
     writer = (
         frame.write.format("delta").mode("append")
         .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
     )
-    if create:
-        for key, value in TABLE_PROPERTIES.items():
-            writer = writer.option(key, value)
+    for key, value in TABLE_PROPERTIES.items():
+        writer = writer.option(key, value)
     writer.save(uri)
+    return True
 
 
-def commit_watermark_only(spark: SparkSession, uri: str, schema: StructType, *, app_id: str, version: int,
-                          user_metadata: str) -> None:
+def commit_watermark_only(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:
     """A commit without data that moves the watermark (the epochs changed nothing here)."""
-    append(spark.createDataFrame([], schema), uri, app_id=app_id, version=version, user_metadata=user_metadata)
+    ensure_held(uri)
+    commit_watermark(spark, uri, app_id=app_id, version=version, user_metadata=user_metadata)
 
 
 @contextmanager
@@ -127,11 +139,7 @@ def append_new(rows: DataFrame, uri: str, *, app_id: str, version: int, user_met
     The caller has proved the keys new (they lie above the table's largest key), so no
     row of the table needs reading: this is one write instead of a MERGE.
     """
-    ensure_held(uri)
-    if (load_table(uri).transaction_version(app_id) or -1) >= version:
-        return False  # applied already: Delta would skip the write
-    append(rows, uri, app_id=app_id, version=version, user_metadata=user_metadata)
-    return True
+    return append(rows, uri, app_id=app_id, version=version, user_metadata=user_metadata)
 
 
 def repeated_key_error(key: Sequence[str], qualifier: str = "") -> Column:
@@ -213,7 +221,8 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
     Delta's `replaceOn` deletes the rows for which a row of `frame` has the same key (a
     semi-join, broadcast when `frame` is small, marking the rows in deletion vectors) and
     appends `frame`, in one transaction; the change feed shows the replaced rows and the
-    new ones. A plain DataFrame writer option, so the app transaction travels with it.
+    new ones. The write reads `frame` through a projection (which `replaceOn` resolves
+    its condition against), as a DataFrame writer hands it over.
     `bound` (a condition on the table's columns, qualified by `TARGET`) is pushed into the scan
     of the table, so that Parquet skips what lies outside the keys' range.
     """
@@ -222,9 +231,9 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
     condition = " AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key)
     if bound is not None:
         condition = f"{condition} AND {bound}"
-    (frame.alias(CHANGES).write.format("delta").mode("overwrite").option("replaceOn", condition)
-     .option("targetAlias", TARGET).option("txnAppId", app_id).option("txnVersion", str(version))
-     .option("userMetadata", user_metadata).save(uri))
+    write_with_watermark(frame.alias(CHANGES).select("*"), uri, mode=OVERWRITE,
+                         options={"replaceOn": condition, "targetAlias": TARGET}, app_id=app_id, version=version,
+                         user_metadata=user_metadata)
 
 
 def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
@@ -258,9 +267,8 @@ def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_met
     change feed shows every old row deleted and every new row inserted (exact per key once
     netted, as rounds over an upstream net it)."""
     ensure_held(uri)
-    (frame.write.format("delta").mode("overwrite")
-     .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
-     .save(uri))
+    write_with_watermark(frame, uri, mode=OVERWRITE, options={}, app_id=app_id, version=version,
+                         user_metadata=user_metadata)
 
 
 def _quote(column: str) -> str:

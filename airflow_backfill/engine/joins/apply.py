@@ -151,8 +151,7 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
         if not keys:
             chosen = RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no MV row")
             maybe_crash(info.phase, "after_write")
-            schema = spark.read.format("delta").load(job.target).schema
-            commit_watermark_only(spark, job.target, schema, app_id=job.app_id, version=info.epoch,
+            commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch,
                                   user_metadata=info.user_metadata(job))
             maybe_crash(info.phase, "after_commit")
             return 0, chosen, time.monotonic() - started

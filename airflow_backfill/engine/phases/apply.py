@@ -24,6 +24,7 @@ from airflow_backfill.engine.delta.appends import AppendedFiles, appended_prefix
 from airflow_backfill.engine.delta.change_feed import (
     check_range_readable,
     check_schema_unchanged,
+    range_inserts_rows,
     read_change_feed,
     read_upstream_as_of,
 )
@@ -52,6 +53,7 @@ from airflow_backfill.engine.phases.changes import (
     duplicate_key,
     mv_changes,
     net_changes,
+    some_key_gained_rows,
 )
 from airflow_backfill.engine.phases.repeated_keys import (
     held_times,
@@ -188,7 +190,7 @@ def _append_appended(
              info.phase, watermark + 1, info.epoch, change_rows)
     if not appended.paths:
         maybe_crash(info.phase, "after_write")
-        commit_watermark_only(spark, job.target, target, app_id=job.app_id, version=info.epoch,
+        commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch,
                               user_metadata=metadata)
         maybe_crash(info.phase, "after_commit")
         return 0, 0
@@ -249,7 +251,7 @@ def _apply_stateless(
     early = recompute_first(job, watermark, info.epoch, info.parallelism)
     if early is not None:  # the feed is not read
         if job.verify_primary_key:
-            _prove_upstream_key(spark, job, plan, info.epoch)
+            _prove_upstream_key(spark, job, plan, watermark, info.epoch)
         return _recompute(spark, job, plan, None, 0, early, info)
     feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
     net: DataFrame | None = None
@@ -311,15 +313,27 @@ def _recompute(
     return info.epoch, change_rows, rows, chosen
 
 
-def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, version: int) -> None:
-    """Refuse an upstream that holds a key twice at `version`, as the snapshot does: a
-    recompute chosen before the feed has no arrived keys to look up, and its cost (the key
-    columns read, one shuffle) is below that of the feed it replaces."""
+def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, watermark: int, version: int) -> None:
+    """Refuse an upstream that holds a key twice at `version`, for a recompute chosen
+    before the feed (it has no arrived keys to look up).
+
+    Every key was held at most once at the watermark. When the log shows that no commit
+    of the range inserted a row, only a key whose change rows gained it rows (an UPDATE
+    that moved a row to another key) can be held twice now: the feed's key columns,
+    netted per key, tell, a shuffle of the change rows instead of the upstream's. Else,
+    or when some key gained rows, the whole upstream's key is counted, as the snapshot
+    does; its cost (the key columns read, one shuffle) is below that of the feed the
+    recompute replaces."""
     from pyspark.sql import functions as F
 
-    keys = read_upstream_as_of(spark, job.source, version).select(
-        *(F.col(quote(column)) for column in plan.upstream_key))
-    duplicate = duplicate_key(keys, plan.upstream_key)
+    key = list(plan.upstream_key)
+    if not range_inserts_rows(job.source, watermark, version) and not some_key_gained_rows(
+            read_change_feed(spark, job.source, watermark, version, key), key):
+        log.info("epochs %s..%s inserted no row and moved none to another key: the upstream's key stays unique",
+                 watermark + 1, version)
+        return
+    keys = read_upstream_as_of(spark, job.source, version).select(*(F.col(quote(column)) for column in key))
+    duplicate = duplicate_key(keys, key)
     if duplicate is not None:
         raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, version))
 

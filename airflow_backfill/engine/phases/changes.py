@@ -122,6 +122,17 @@ def count_changes(feed: DataFrame) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
 
+def some_key_gained_rows(feed: DataFrame, key: Sequence[str]) -> bool:
+    """True when the range leaves some key with more upstream rows than it found (the
+    signs of the key's change rows sum above zero). When every key was held at most once
+    before the range, only such a key can be held twice after it. One shuffle of the
+    change rows' key columns; the first key found ends the job."""
+    from pyspark.sql import functions as F
+
+    gained = signed_rows(feed, key).groupBy(*(F.col(f"`{c}`") for c in key)).agg(F.sum(SIGN).alias(SIGN))
+    return bool(gained.filter(F.col(SIGN) > 0).limit(1).collect())
+
+
 def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """Every change row as an upstream row (only `columns`) with `__sign`: +1 when it
     arrives, -1 when it leaves.

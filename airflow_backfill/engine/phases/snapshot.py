@@ -375,7 +375,7 @@ def _commit_snapshot(
     maybe_crash(PHASE, "after_write")
     info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=parallelism, rows=rows, extra=extra)
     if table_exists(job.target):
-        commit_watermark_only(spark, job.target, schema, app_id=job.app_id, version=progress.epoch,
+        commit_watermark_only(spark, job.target, app_id=job.app_id, version=progress.epoch,
                               user_metadata=info.user_metadata(job))
     else:  # an empty upstream: no chunk created the table
         append(spark.createDataFrame([], schema), job.target, app_id=job.app_id, version=progress.epoch,

@@ -95,6 +95,8 @@ class Rates:
     per_proved_row: float = 0.3e-6
     """Proving the upstream's key unique (its key columns read, one shuffle), for a recompute
     that skips the feed."""
+    per_feed_key_row: float = 1e-6
+    """Netting a change row's key columns instead, when the range inserted no row."""
 
 
 @dataclass(frozen=True)
@@ -200,18 +202,20 @@ def aggregate_round_estimates(
 
 
 def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool,
-                    prove_key: bool) -> dict[str, float]:
+                    prove_key: bool, inserts: bool = True) -> dict[str, float]:
     """What is known before a round reads its feed (its change rows guessed from the
     change files' bytes): a recompute's estimate, and the least any incremental round
     could cost (the feed and the cheapest write's fixed cost, writing nothing). A
-    recompute chosen now never reads the feed; under `prove_key` it proves the upstream's
-    key unique as the snapshot does instead."""
+    recompute chosen now never reads the whole feed; under `prove_key` it proves the
+    upstream's key unique: from the feed's key columns when the range `inserts` no row,
+    else over the whole upstream as the snapshot does."""
     feed = rates.feed_fixed + change_rows * rates.per_change_row
     writes = 2 if aggregate else 1
     least = feed + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0)
     recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
     if prove_key and not aggregate:
-        recompute += rates.prove_fixed + upstream_rows * rates.per_proved_row
+        proved_rows = upstream_rows * rates.per_proved_row if inserts else change_rows * rates.per_feed_key_row
+        recompute += rates.prove_fixed + proved_rows
     return {INCREMENTAL: least, RECOMPUTE: recompute}
 
 

@@ -1,0 +1,104 @@
+"""A DataFrame write to an existing Delta table whose commit carries the watermark, without
+Delta's rebuild of the table's state to look the watermark up.
+
+The writer options `txnAppId` / `txnVersion` make Delta ask its snapshot for the table's
+transaction versions (`OptimisticTransaction.txnVersion`), which Delta 4.4 answers only by
+rebuilding the whole state of the table: three Spark jobs and 0.8 - 1 s per commit, more
+than an append of a round's rows costs (docs/benchmarks.md). This module runs the same
+write command (`WriteIntoDelta`: appends, overwrites, `replaceOn`) in a transaction it
+opens itself through py4j, reads the watermark with delta-rs instead, and adds the
+`SetTransaction` action to the commit. The log entry is the one the writer options
+produce: data, app transaction and `userMetadata` in one atomic commit.
+
+Two guarantees of the writer options are kept:
+- a write whose version is not above the recorded one is skipped (a retried round is a
+  no-op): the watermark is read after the transaction has pinned its read version, and
+  watermarks only grow, so a recorded version below `version` now was below it then;
+- a concurrent commit of the same app transaction fails this one: the app id is
+  registered among the transaction's reads, which Delta's conflict checker compares with
+  every commit that won the race (`ConcurrentTransactionException`).
+
+Relies on delta-spark 4.4's JVM classes (`constraints-3.11.txt` and `jars/pom.xml` pin it);
+`tests/test_transaction_write.py` checks the log entries and both guarantees.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow_backfill.engine.delta.log import load_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+APPEND = "Append"
+OVERWRITE = "Overwrite"
+
+
+def write_with_watermark(
+    frame: DataFrame, uri: str, *, mode: str, options: Mapping[str, str], app_id: str, version: int,
+    user_metadata: str,
+) -> bool:
+    """Write `frame` into the Delta table at `uri` (`mode` APPEND or OVERWRITE, Delta writer
+    `options` such as `replaceOn`) in one commit that records app transaction
+    (`app_id`, `version`) and `user_metadata`. False, with nothing written, when the
+    table already records `version` or a later one."""
+    return _commit(frame.sparkSession, uri, frame, mode=mode, options=options, app_id=app_id, version=version,
+                   user_metadata=user_metadata)
+
+
+def commit_watermark(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
+    """A commit of the app transaction alone (no data, no Spark job), as
+    `write_with_watermark` would make of an empty append."""
+    return _commit(spark, uri, None, mode=APPEND, options={}, app_id=app_id, version=version,
+                   user_metadata=user_metadata)
+
+
+def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],
+            app_id: str, version: int, user_metadata: str) -> bool:
+    jvm = spark._jvm
+    assert jvm is not None
+    jspark = spark._jsparkSession
+    delta = jvm.org.apache.spark.sql.delta
+    delta_log = delta.DeltaLog.forTable(jspark, uri)
+    transaction = delta_log.startTransaction()
+    transaction.readTxn().append(app_id)  # a concurrent commit of the same app id now conflicts
+    recorded = load_table(uri).transaction_version(app_id)
+    if recorded is not None and recorded >= version:
+        return False
+    save_mode = getattr(jvm.org.apache.spark.sql.SaveMode, mode)
+    no_columns = _scala_seq(jvm, [])
+    none = jvm.scala.Option.apply(None)
+    operation = getattr(delta, "DeltaOperations$Write")(
+        save_mode, jvm.scala.Option.apply(no_columns), none, jvm.scala.Option.apply(user_metadata), none, none,
+        none, jvm.scala.Option.apply(options.get("replaceOn")), none)
+    active = getattr(getattr(delta, "OptimisticTransaction$"), "MODULE$")
+    active.setActive(transaction)  # what Delta's own commands do: the write's scans register their reads
+    try:
+        if frame is None:
+            actions, tags = no_columns, _scala_map(jvm, {})
+        else:
+            delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
+            command = delta.commands.WriteIntoDelta(
+                delta_log, save_mode, delta_options, no_columns, _scala_map(jvm, {}), frame._jdf, none, none, False)
+            written = command.writeAndReturnCommitData(transaction, jspark, none, False)
+            actions, tags = written.actions(), written.stringTags()
+        now = jvm.java.lang.Long.valueOf(int(time.time() * 1000))
+        transaction.updateSetTransaction(app_id, version, jvm.scala.Option.apply(now))
+        transaction.commit(actions, operation, tags)
+    finally:
+        active.clearActive()
+    return True
+
+
+def _scala_map(jvm: Any, values: Mapping[str, str]) -> Any:
+    return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(dict(values))
+
+
+def _scala_seq(jvm: Any, values: list[str]) -> Any:
+    items = jvm.java.util.ArrayList()
+    for value in values:
+        items.add(value)
+    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(items)
