@@ -415,7 +415,6 @@ def round_floor(spark: SparkSession, job: Any, watermark: int, end: int) -> dict
     plan = plan_query(job.query, job.primary_key)
     columns = feed_columns(job, plan)
     tables = [job.target] if plan.aggregate is None else [state_uri(job.target), job.target]
-    schemas = [spark.read.format("delta").load(uri).schema for uri in tables]
     feed = read_change_feed(spark, job.source, watermark, end, columns).cache()
     try:
         with stopwatch() as feed_elapsed:
@@ -426,9 +425,9 @@ def round_floor(spark: SparkSession, job: Any, watermark: int, end: int) -> dict
     finally:
         feed.unpersist()
     with stopwatch() as commits_elapsed:
-        for uri, schema in zip(tables, schemas, strict=True):
+        for uri in tables:
             version = (load_table(uri).transaction_version(FLOOR_APP_ID) or 0) + 1
-            commit_watermark_only(spark, uri, schema, app_id=FLOOR_APP_ID, version=version, user_metadata="{}")
+            commit_watermark_only(spark, uri, app_id=FLOOR_APP_ID, version=version, user_metadata="{}")
     parts = {"feed": feed_elapsed(), "locate": locate_elapsed(), "commits": commits_elapsed()}
     return {**{part: round(seconds, 3) for part, seconds in parts.items()}, "total": round(sum(parts.values()), 3)}
 
