@@ -6,8 +6,9 @@ atomic log entry as its data. A write whose transaction version is not above the
 recorded one is skipped, so a retried round can neither apply its epochs twice nor move
 the watermark backwards. Appends, overwrites and replaces run in a transaction of their
 own (`transaction_write.py`, which spares Delta a rebuild of the table's state per
-commit); MERGE and DELETE take the app transaction from the session. Commit facts (phase, epoch, parallelism, rows) travel as JSON in
-the commit's `userMetadata`, which delta-rs reads back on the Airflow side.
+commit); MERGE and DELETE take the app transaction from the session. Commit facts
+(phase, epoch, parallelism, rows) travel as JSON in the commit's `userMetadata`, which
+delta-rs reads back on the Airflow side.
 
 All data moves on the executors: appends and MERGE are Spark jobs, the driver only
 plans them and writes the log entry.

@@ -69,20 +69,20 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
     if recorded is not None and recorded >= version:
         return False
     save_mode = getattr(jvm.org.apache.spark.sql.SaveMode, mode)
-    no_columns = _scala_seq(jvm, [])
+    empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
     none = jvm.scala.Option.apply(None)
-    operation = getattr(delta, "DeltaOperations$Write")(
-        save_mode, jvm.scala.Option.apply(no_columns), none, jvm.scala.Option.apply(user_metadata), none, none,
+    operation = getattr(delta, "DeltaOperations$Write")(  # mode, partitionBy, predicate, userMetadata, ...
+        save_mode, jvm.scala.Option.apply(empty), none, jvm.scala.Option.apply(user_metadata), none, none,
         none, jvm.scala.Option.apply(options.get("replaceOn")), none)
     active = getattr(getattr(delta, "OptimisticTransaction$"), "MODULE$")
     active.setActive(transaction)  # what Delta's own commands do: the write's scans register their reads
     try:
         if frame is None:
-            actions, tags = no_columns, _scala_map(jvm, {})
+            actions, tags = empty, _scala_map(jvm, {})
         else:
             delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
             command = delta.commands.WriteIntoDelta(
-                delta_log, save_mode, delta_options, no_columns, _scala_map(jvm, {}), frame._jdf, none, none, False)
+                delta_log, save_mode, delta_options, empty, _scala_map(jvm, {}), frame._jdf, none, none, False)
             written = command.writeAndReturnCommitData(transaction, jspark, none, False)
             actions, tags = written.actions(), written.stringTags()
         now = jvm.java.lang.Long.valueOf(int(time.time() * 1000))
@@ -96,9 +96,3 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
 def _scala_map(jvm: Any, values: Mapping[str, str]) -> Any:
     return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(dict(values))
 
-
-def _scala_seq(jvm: Any, values: list[str]) -> Any:
-    items = jvm.java.util.ArrayList()
-    for value in values:
-        items.add(value)
-    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(items)
