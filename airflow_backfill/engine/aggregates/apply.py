@@ -36,6 +36,7 @@ from airflow_backfill.engine.delta.commits import (
 )
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
+from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.delta.log import rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import signed_rows
@@ -100,7 +101,7 @@ def bring_mv_to_state(spark: SparkSession, job: BackfillJob, plan: QueryPlan, up
     `source`), as their difference with the MV, at `info.epoch`."""
     aggregate = _aggregate(plan)
     state = read_state(spark, job, _state_columns(aggregate))
-    old_rows = spark.read.format("delta").load(job.target)
+    old_rows = read_table(spark, job.target)
     new_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream), old_rows.schema)
     changes = mv_changes(old_rows, new_rows, plan.mv_key)
     write_keyed(spark, job.target, changes, plan.mv_key, app_id=job.app_id, version=info.epoch,
@@ -230,7 +231,7 @@ def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     overwrite(state.coalesce(info.parallelism), state_uri(job.target), app_id=job.app_id, version=info.epoch,
               user_metadata=metadata.user_metadata(job))
     maybe_crash(info.phase, "after_state_commit")
-    written = spark.read.format("delta").load(state_uri(job.target))
+    written = read_table(spark, state_uri(job.target))
     mv_schema = spark.read.format("delta").load(job.target).schema
     mv_rows = visible_rows(spark, aggregate, written, value_types(spark, aggregate, upstream.schema), mv_schema)
     overwrite(mv_rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.delta.log import load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
@@ -72,7 +73,7 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str]) -> Dat
     reused.
     """
     uri = state_uri(job.target)
-    state = spark.read.format("delta").option("versionAsOf", load_table(uri).version()).load(uri)
+    state = read_table(spark, uri)
     if state.columns != columns:
         raise TargetError(
             f"the aggregate state of MV {job.target} has columns {state.columns}, but the job's query needs "

@@ -47,6 +47,7 @@ from airflow_backfill.engine.delta.key_range import (
     rows_in_range,
     table_key_max,
 )
+from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
@@ -171,7 +172,7 @@ def _bound_sql(prepared: PreparedChanges, qualifier: str = "") -> str | None:
 def _rows_after(spark: SparkSession, prepared: PreparedChanges, new_rows: DataFrame) -> DataFrame:
     """The whole table after the changes: its rows of unchanged keys (read at the version
     the changes were prepared against) and the new rows."""
-    current = spark.read.format("delta").option("versionAsOf", prepared.table_version).load(prepared.uri)
+    current = read_table(spark, prepared.uri, prepared.table_version)
     kept = current.alias(TARGET).join(
         prepared.frame.select(*prepared.key).alias(CHANGES), on=_same_key(prepared, TARGET, CHANGES), how="left_anti")
     return kept.unionByName(new_rows)
@@ -204,7 +205,7 @@ def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> 
     bounds = arrived.agg(F.min(leading), F.max(leading), F.count(F.lit(1))).first()
     if bounds is None or not bounds[2]:
         return
-    table = spark.read.format("delta").option("versionAsOf", prepared.table_version).load(prepared.uri)
+    table = read_table(spark, prepared.uri, prepared.table_version)
     if bounds[0] is not None and boundable(prepared.leading.dataType) and not prepared.changed.has_nulls:
         table = table.filter(leading.between(bounds[0], bounds[1]))
     held = table.select(*(F.col(quote(k)) for k in prepared.key)).alias(TARGET).join(

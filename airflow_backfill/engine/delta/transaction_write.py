@@ -18,16 +18,22 @@ Two guarantees of the writer options are kept:
   registered among the transaction's reads, which Delta's conflict checker compares with
   every commit that won the race (`ConcurrentTransactionException`).
 
+An overwrite of a table whose checksum lists its files (`listed_files`: under 50 files)
+removes those files instead of asking Delta's rebuilt state for them, which would cost
+the same three jobs again.
+
 Relies on delta-spark 4.4's JVM classes (`constraints-3.11.txt` and `jars/pom.xml` pin it);
 `tests/test_transaction_write.py` checks the log entries and both guarantees.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.engine.delta.listed_files import listed_files
 from airflow_backfill.engine.delta.log import load_table
 
 if TYPE_CHECKING:
@@ -77,8 +83,11 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
     active = getattr(getattr(delta, "OptimisticTransaction$"), "MODULE$")
     active.setActive(transaction)  # what Delta's own commands do: the write's scans register their reads
     try:
+        files = listed_files(transaction.snapshot()) if mode == OVERWRITE and not options else None
         if frame is None:
             actions, tags = empty, _scala_map(jvm, {})
+        elif files is not None and _same_columns(frame, transaction.snapshot()):
+            actions, tags = _overwrite_listed(jvm, transaction, frame, files), _scala_map(jvm, {})
         else:
             delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
             command = delta.commands.WriteIntoDelta(
@@ -91,6 +100,37 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
     finally:
         active.clearActive()
     return True
+
+
+def _overwrite_listed(jvm: Any, transaction: Any, frame: DataFrame, files: Any) -> Any:
+    """The actions of an overwrite that removes the `files` the read version's checksum
+    lists (as Delta's overwrite removes the files its rebuilt state lists) and adds the
+    files `frame` is written to. The transaction then counts as having read the whole
+    table, so a concurrent commit that adds or removes files fails this one, as it fails
+    Delta's own overwrite."""
+    transaction.readWholeTable()
+    actions = jvm.java.util.ArrayList()
+    for added in _iterate(transaction.writeFiles(frame._jdf)):
+        actions.add(added)
+    now = int(time.time() * 1000)
+    for live in _iterate(files):
+        actions.add(live.removeWithTimestamp(now, True))
+    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
+
+
+def _same_columns(frame: DataFrame, snapshot: Any) -> bool:
+    """Whether `frame` has the table's columns, names and types, in order: Delta's own
+    writer checks and casts the rest, a direct `writeFiles` would write them as they are."""
+    from pyspark.sql.types import StructType
+
+    table = StructType.fromJson(json.loads(snapshot.schema().json()))
+    return [(f.name, f.dataType) for f in frame.schema.fields] == [(f.name, f.dataType) for f in table.fields]
+
+
+def _iterate(sequence: Any) -> Iterator[Any]:
+    iterator = sequence.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
 
 
 def _scala_map(jvm: Any, values: Mapping[str, str]) -> Any:

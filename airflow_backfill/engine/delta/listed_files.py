@@ -1,0 +1,67 @@
+"""Small tables read and overwritten from the file list their checksum carries.
+
+Why: before Delta 4.4 reads or overwrites a version of a table for the first time, it
+rebuilds that version's state from the log (three Spark jobs, 0.5 - 0.6 s even for a
+table of four rows; docs/benchmarks.md). An aggregate's round reads and overwrites two
+such tables (its state and its MV), each at a version the previous round just made.
+But Delta also writes every version's whole file list into the version's checksum file
+(`.crc`, `VersionChecksum.allFiles`) while the table has fewer than 50 files, computed
+at commit time from the previous list and the commit's actions, and it keeps the list
+of the version it just committed in memory. Delta itself reads that list only to
+verify it; this module reads and overwrites from it:
+
+- `read_table`: a DataFrame over exactly the listed files (Delta's own
+  `DeltaLog.createDataFrame`, so deletion vectors and column types are applied as a
+  Delta read applies them);
+- `listed_files` for `transaction_write`: an overwrite removes the listed files
+  (`AddFile.removeWithTimestamp`, as Delta's overwrite does) instead of asking the
+  rebuilt state for them.
+
+When a version's checksum carries no list (more than 50 files, no `.crc`, another
+writer), everything falls back to Delta's reader and writer as they are.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def read_table(spark: SparkSession, uri: str, version: int | None = None) -> DataFrame:
+    """The Delta table at `uri` as of `version` (None: its latest version), pinned to that
+    version's files: from the checksum's file list when the version is the latest and its
+    checksum lists its files, else through Delta's reader."""
+    from pyspark.sql import DataFrame
+
+    delta_log, snapshot = latest_snapshot(spark, uri)
+    files = listed_files(snapshot) if version is None or snapshot.version() == version else None
+    if files is None:
+        pinned = snapshot.version() if version is None else version
+        return spark.read.format("delta").option("versionAsOf", pinned).load(uri)
+    none = spark._jvm.scala.Option.apply(None)  # type: ignore[union-attr]
+    return DataFrame(delta_log.createDataFrame(snapshot, files, False, none), spark)
+
+
+def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    """Delta's log of the table at `uri` and its latest snapshot (no state rebuilt)."""
+    jvm = spark._jvm
+    assert jvm is not None
+    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
+    none = jvm.scala.Option.apply(None)
+    return delta_log, delta_log.update(False, none, none)
+
+
+def listed_files(snapshot: Any) -> Any | None:
+    """The snapshot's live files (a Scala `Seq[AddFile]`) as its checksum lists them, or
+    None when it lists none, or when the table is partitioned or maps column names (cases
+    the overwrite in `transaction_write` leaves to Delta's own writer)."""
+    metadata = snapshot.metadata()
+    if not metadata.partitionColumns().isEmpty() or metadata.columnMappingMode().name() != "none":
+        return None
+    checksum = snapshot.checksumOpt()
+    if not checksum.isDefined():
+        return None
+    files = checksum.get().allFiles()
+    return files.get() if files.isDefined() else None

@@ -1,0 +1,120 @@
+"""A small table is read and overwritten from the file list its checksum carries: the
+rows, the change feed and the watermark are those Delta's own reader and overwrite give,
+a concurrent commit still fails the overwrite, and tables whose checksum lists no files
+fall back to Delta's reader and writer."""
+
+from __future__ import annotations
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_backfill.engine.delta import transaction_write
+from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
+from airflow_backfill.engine.delta.listed_files import latest_snapshot, listed_files, read_table
+from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.delta.transaction_write import APPEND, OVERWRITE, write_with_watermark
+
+pytestmark = pytest.mark.spark
+
+APP = "airflow_backfill/listed-files-test"
+SCHEMA = "k long, v string"
+
+
+def _create(spark, uri: str, rows: list[tuple], *, files: int = 1) -> None:
+    writer = spark.createDataFrame(rows, SCHEMA).repartition(files).write.format("delta")
+    for key, value in TABLE_PROPERTIES.items():
+        writer = writer.option(key, value)
+    writer.option("txnAppId", APP).option("txnVersion", "0").save(uri)
+
+
+def _rows(frame) -> list[tuple]:
+    return sorted(tuple(row) for row in frame.collect())
+
+
+def _feed(spark, uri: str, version: int) -> list[tuple]:
+    feed = (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version)
+            .option("endingVersion", version).load(uri))
+    return sorted((row["_change_type"], row["k"], row["v"]) for row in feed.collect())
+
+
+@pytest.fixture
+def listed_overwrites(monkeypatch) -> list[int]:
+    """Counts the overwrites made from a checksum's file list."""
+    calls: list[int] = []
+    original = transaction_write._overwrite_listed
+
+    def counted(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(transaction_write, "_overwrite_listed", counted)
+    return calls
+
+
+def test_a_small_table_is_read_and_overwritten_from_its_listed_files(spark, tmp_path, listed_overwrites):
+    uri = str(tmp_path / "t")
+    _create(spark, uri, [(1, "a"), (2, "b"), (3, "c")])
+    write_with_watermark(spark.createDataFrame([(4, "d")], SCHEMA), uri, mode=APPEND, options={}, app_id=APP,
+                         version=1, user_metadata="{}")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 2")  # marks the row in a deletion vector
+    _, snapshot = latest_snapshot(spark, uri)
+    assert listed_files(snapshot).size() == 2
+    assert _rows(read_table(spark, uri)) == [(1, "a"), (3, "c"), (4, "d")]
+    assert _rows(read_table(spark, uri, 1)) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]  # time travel
+
+    new = spark.createDataFrame([(1, "a"), (5, "e")], SCHEMA)
+    assert write_with_watermark(new, uri, mode=OVERWRITE, options={}, app_id=APP, version=3, user_metadata='{"n": 3}')
+    assert listed_overwrites == [1]
+    assert _rows(read_table(spark, uri)) == [(1, "a"), (5, "e")]
+    assert _rows(spark.read.format("delta").load(uri)) == [(1, "a"), (5, "e")]
+    assert _feed(spark, uri, 3) == [("delete", 1, "a"), ("delete", 3, "c"), ("delete", 4, "d"),
+                                    ("insert", 1, "a"), ("insert", 5, "e")]
+    table = DeltaTable(uri)
+    assert table.transaction_version(APP) == 3
+    assert table.history(1)[0]["userMetadata"] == '{"n": 3}'
+    assert not write_with_watermark(new, uri, mode=OVERWRITE, options={}, app_id=APP, version=3, user_metadata="{}")
+
+
+@pytest.mark.parametrize("rival", ["append", "delete"])
+def test_a_concurrent_commit_fails_an_overwrite_from_listed_files(spark, tmp_path, monkeypatch, listed_overwrites,
+                                                                  rival):
+    """Another writer appends a row, or deletes one, after the overwrite pinned its read
+    version: the overwrite must fail rather than leave the appended row behind or remove
+    a file twice."""
+    uri = str(tmp_path / "t")
+    _create(spark, uri, [(1, "a"), (2, "b")])
+    expected = {"append": [(1, "a"), (2, "b"), (9, "rival")], "delete": [(2, "b")]}[rival]
+
+    def watermark_then_a_rival_commit(path: str):
+        seen = load_table(path)
+        if rival == "append":
+            spark.createDataFrame([(9, "rival")], SCHEMA).write.format("delta").mode("append").save(path)
+        else:
+            spark.sql(f"DELETE FROM delta.`{path}` WHERE k = 1")
+        return seen
+
+    monkeypatch.setattr(transaction_write, "load_table", watermark_then_a_rival_commit)
+    with pytest.raises(Exception, match="Concurrent|concurrent"):
+        write_with_watermark(spark.createDataFrame([(3, "c")], SCHEMA), uri, mode=OVERWRITE, options={},
+                             app_id=APP, version=1, user_metadata="{}")
+    assert listed_overwrites == [1]
+    assert _rows(spark.read.format("delta").load(uri)) == expected
+    assert DeltaTable(uri).transaction_version(APP) == 0
+
+
+def test_tables_whose_checksum_lists_no_files_and_other_columns_go_through_delta(spark, tmp_path, listed_overwrites):
+    many = str(tmp_path / "many")
+    _create(spark, many, [(k, str(k)) for k in range(120)], files=60)  # above the 50 files a checksum lists
+    _, snapshot = latest_snapshot(spark, many)
+    assert listed_files(snapshot) is None
+    assert len(read_table(spark, many).collect()) == 120
+    write_with_watermark(spark.createDataFrame([(1, "x")], SCHEMA), many, mode=OVERWRITE, options={}, app_id=APP,
+                         version=1, user_metadata="{}")
+    assert _rows(read_table(spark, many)) == [(1, "x")]
+
+    few = str(tmp_path / "few")
+    _create(spark, few, [(1, "a")])
+    swapped = spark.createDataFrame([("z", 7)], "v string, k long")  # Delta's writer matches columns by name
+    write_with_watermark(swapped, few, mode=OVERWRITE, options={}, app_id=APP, version=1, user_metadata="{}")
+    assert _rows(read_table(spark, few)) == [(7, "z")]
+    assert listed_overwrites == []
