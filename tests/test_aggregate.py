@@ -17,6 +17,7 @@ from airflow_backfill.engine.aggregates import apply as aggregate_apply
 from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
 from airflow_backfill.engine.aggregates.snapshot import partials_uri
 from airflow_backfill.engine.aggregates.state import state_uri
+from airflow_backfill.engine.delta import driver_rows
 from airflow_backfill.engine.delta.log import last_commit_metadata
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
@@ -63,7 +64,9 @@ def state_rows(job: BackfillJob) -> list[dict]:
     return table_rows(state_uri(job.target)).to_pylist()
 
 
-def test_null_semantics_follow_spark_sql(spark, tables):
+@pytest.mark.parametrize("held_rows", [10_000, 0], ids=["touched groups in the driver", "kept in Spark"])
+def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows):
+    monkeypatch.setattr(driver_rows, "DRIVER_ROWS", held_rows)
     upstream = create(tables["source"], [
         row(g="a", x=None, d=None, s=None), row(g="a", x=None, d="1.25", s="p"),
         row(g=None, x=3, d="2.50", s="q"), row(g=None, x=None, d=None, s="q"), row(g="b", x=4, s="p"),

@@ -15,7 +15,8 @@ the executors:
 4. one statement gives, per touched group, its new state and the MV change it causes;
    the state is merged (groups at zero rows deleted), then the MV, both with the new
    epoch as watermark (see `aggregate_state` for why two tables and how a crash between
-   the commits is recovered).
+   the commits is recovered). Up to 10,000 touched groups are held by the driver
+   (`driver_rows`): the checks, key ranges and write plans over them then run no job.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from airflow_backfill.engine.delta.commits import (
     commit_watermark_only,
     overwrite,
 )
+from airflow_backfill.engine.delta.driver_rows import held_in_driver
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_files import read_table
@@ -175,6 +177,7 @@ def commit_round(
     join's upstreams are). Returns (MV rows changed, the plan)."""
     from pyspark.sql import functions as F
 
+    rows = held_in_driver(rows) or rows  # the checks and both writes' plans below then run no job
     if not rows.filter(F.col(sql.ROWS) < 0).limit(1).isEmpty():
         raise TargetError(
             f"the aggregate state of MV {job.target} went negative for some group: the state does not "

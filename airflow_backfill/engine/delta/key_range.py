@@ -14,6 +14,7 @@ cannot be shifted by a time zone or truncated like long strings.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ import pyarrow.compute as pc
 from airflow_backfill.engine.delta.log import delta_table, load_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import Column, DataFrame, Row
     from pyspark.sql.types import DataType
 
 _BOUNDABLE_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType", "DateType")
@@ -81,6 +82,15 @@ def key_range(changes: DataFrame, column: str, present: str, flag: str | None = 
     ).collect()[0]
     return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]), int(row["rows"]),
                     int(row["flagged"]))
+
+
+def key_range_of_rows(rows: Sequence[Row], column: str, present: str, flag: str | None = None) -> KeyRange:
+    """`key_range` of rows the driver holds (`driver_rows`), computed here without a job."""
+    keys = [row[column] for row in rows]
+    values = [key for key in keys if key is not None]
+    return KeyRange(column, min(values, default=None), max(values, default=None), len(values) < len(keys),
+                    sum(row[present] is not None for row in rows), len(rows),
+                    sum(bool(row[flag]) for row in rows) if flag is not None else 0)
 
 
 def table_rows(uri: str, version: int | None = None) -> int:

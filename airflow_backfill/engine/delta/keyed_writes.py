@@ -8,8 +8,8 @@ changes, deletion vectors, and the new rows appended, in one commit: Delta's
 `replaceOn`); a delete when every change deletes its key (Delta's DELETE by the same
 semi-join); a MERGE (any changes); an overwrite of the whole table (small tables).
 `prepare` holds the changes in memory and reads what the estimates need: the keys' range
-and counts (one small job over the changes) and the table's rows within the range (its
-files' statistics, no data read). `write` applies them.
+and counts (one small job over the changes, none when the driver holds them) and the
+table's rows within the range (its files' statistics, no data read). `write` applies them.
 
 A change with `__arrived` (the upstream's rows with the key grew by one over the range)
 must not meet a row the table holds: the upstream would then hold the key twice. MERGE
@@ -38,12 +38,14 @@ from airflow_backfill.engine.delta.commits import (
     repeated_key_error,
     replace_keys,
 )
+from airflow_backfill.engine.delta.driver_rows import is_local
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
     KeyRange,
     all_above,
     boundable,
     key_range,
+    key_range_of_rows,
     rows_in_range,
     table_key_max,
 )
@@ -105,9 +107,14 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     table = load_table(uri)
     version = table.version()
     target = spark.read.format("delta").option("versionAsOf", version).load(uri).schema
-    frame = conform(changes, target).persist()
+    frame = conform(changes, target)
     leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
-    changed = key_range(frame, leading.name, PRESENT, ARRIVED if ARRIVED in frame.columns else None)
+    flag = ARRIVED if ARRIVED in frame.columns else None
+    if is_local(frame):  # changes the driver holds: their range costs no job
+        changed = key_range_of_rows(frame.collect(), leading.name, PRESENT, flag)
+    else:
+        frame = frame.persist()
+        changed = key_range(frame, leading.name, PRESENT, flag)
     usable = boundable(leading.dataType)
     table_max = table_key_max(uri, leading.name) if usable else None
     total, touched = rows_in_range(uri, leading.name, changed if usable else None)

@@ -38,6 +38,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
     repeated_key_named,
 )
+from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, held_in_driver
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
     PreparedChanges,
@@ -265,6 +266,8 @@ def _apply_stateless(
         elif ask_upstream:
             net = net.cache()
         keyed = mv_changes(spark, net, plan)
+        if change_rows <= DRIVER_ROWS:  # a few keys: held by the driver, their checks and plans run no job
+            keyed = held_in_driver(keyed) or keyed
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
         try:

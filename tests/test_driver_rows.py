@@ -1,0 +1,60 @@
+"""Few rows held by the driver as a local relation: the same rows and types, questions
+about them answered without a Spark job, and the same key range a job over them gives;
+more rows than the limit stay where Spark computed them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from airflow_backfill.engine.delta.commits import PRESENT
+from airflow_backfill.engine.delta.driver_rows import held_in_driver, is_local
+from airflow_backfill.engine.delta.key_range import key_range, key_range_of_rows
+
+pytestmark = pytest.mark.spark
+
+def _computed(spark):
+    """A cached frame with every column type an aggregate's groups commonly carry, NULLs too."""
+    rows = spark.createDataFrame([(4, "1.25", "2020-01-04", "2020-01-04 10:00:00", "x", True, False),
+                                  (None, None, None, None, None, None, True),
+                                  (9, "-3.50", "1999-12-31", "2001-02-03 04:05:06", "y", None, True)],
+                                 "k long, d string, day string, at string, s string, p boolean, arrived boolean")
+    return rows.selectExpr("k", "CAST(d AS DECIMAL(18,2)) AS d", "CAST(day AS DATE) AS day",
+                           "CAST(at AS TIMESTAMP) AS at", "s", f"p AS {PRESENT}", "arrived").cache()
+
+
+def _jobs(spark) -> int:
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def test_few_rows_are_held_as_a_local_relation_that_answers_without_a_job(spark):
+    frame = _computed(spark)
+    local = held_in_driver(frame)
+    assert local is not None and is_local(local) and not is_local(frame)
+    assert local.schema == frame.schema
+    assert sorted(local.collect(), key=str) == sorted(frame.collect(), key=str)
+    before = _jobs(spark)
+    narrowed = local.filter("k > 5").selectExpr("k", "d * 2 AS d2")
+    assert is_local(narrowed)
+    assert narrowed.collect()[0]["d2"] == Decimal("-7.00")
+    assert local.filter("k < 0").limit(1).isEmpty()
+    in_driver = key_range_of_rows(local.collect(), "k", PRESENT, "arrived")
+    assert _jobs(spark) == before
+    assert in_driver == key_range(frame, "k", PRESENT, "arrived")
+    frame.unpersist()
+
+
+def test_more_rows_than_the_limit_stay_in_spark(spark):
+    frame = spark.range(50).selectExpr("id AS k")
+    assert held_in_driver(frame, limit=49) is None
+    held = held_in_driver(frame, limit=50)
+    assert held is not None and held.count() == 50
+
+
+def test_key_ranges_of_driver_rows_match_a_job_over_the_same_rows(spark):
+    for rows in ([(3, True, False), (1, None, True), (None, True, None)], [(None, None, False)], []):
+        frame = spark.createDataFrame(rows, f"k long, {PRESENT} boolean, arrived boolean")
+        assert key_range_of_rows(frame.collect(), "k", PRESENT, "arrived") == key_range(frame, "k", PRESENT,
+                                                                                        "arrived")
+        assert key_range_of_rows(frame.collect(), "k", PRESENT) == key_range(frame, "k", PRESENT)
