@@ -25,8 +25,8 @@ aggregate's touched groups); larger results stay where Spark computed them."""
 
 def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | None:
     """`frame`'s rows as a local relation of the same schema (one job to collect them), or
-    None when it has more than `limit` (default `DRIVER_ROWS`) rows or Spark cannot hold them locally (Arrow
-    cannot carry a column type, or the rows exceed
+    None when it has more than `limit` (default `DRIVER_ROWS`) rows, or when Spark cannot
+    hold them locally (Arrow cannot carry a column type, or the rows exceed
     `spark.sql.execution.arrow.localRelationThreshold`)."""
     from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import to_arrow_schema
