@@ -296,8 +296,8 @@ def delete_old_orders(tables: TpchTables, seed: int, count: int | None = None) -
 
 
 def update_lineitems(tables: TpchTables, seed: int, share: float, *, newest: bool = False) -> tuple[int, int]:
-    """Give `share` of the line items a new discount in one MERGE on the key: rows chosen
-    at random, or with `newest` the rows of the largest order keys.
+    """Give `share` of the line items a new discount (never the one they had) in one MERGE
+    on the key: rows chosen at random, or with `newest` the rows of the largest order keys.
 
     Returns (rows updated, the lineitem version committed). Every updated row shows up in
     the change feed as an update pre-image and post-image.
@@ -306,15 +306,15 @@ def update_lineitems(tables: TpchTables, seed: int, share: float, *, newest: boo
         raise BackfillConfigError(f"share must be in (0, 1], got {share}.")
     table = DeltaTable(tables.lineitem)
     rng = random.Random(f"{seed}/update/{table.version()}")
-    keys = table.to_pyarrow_table(columns=list(PRIMARY_KEYS[LINEITEM]))
-    count = min(max(1, round(keys.num_rows * share)), keys.num_rows)
+    rows = table.to_pyarrow_table(columns=[*PRIMARY_KEYS[LINEITEM], "l_discount"])
+    count = min(max(1, round(rows.num_rows * share)), rows.num_rows)
     if newest:
-        chosen = keys.take(pc.sort_indices(keys, sort_keys=[("l_orderkey", "descending")])[:count])
+        chosen = rows.take(pc.sort_indices(rows, sort_keys=[("l_orderkey", "descending")])[:count])
     else:
-        chosen = keys.take(sorted(rng.sample(range(keys.num_rows), count)))
-    discounts = pa.array([Decimal(rng.randint(0, 10)).scaleb(-2) for _ in range(chosen.num_rows)],
+        chosen = rows.take(sorted(rng.sample(range(rows.num_rows), count)))
+    discounts = pa.array([_other_discount(rng, old) for old in chosen.column("l_discount").to_pylist()],
                          pa.decimal128(15, 2))
-    source = chosen.append_column("l_discount", discounts)
+    source = chosen.drop_columns(["l_discount"]).append_column("l_discount", discounts)
     metrics = (
         table.merge(
             source, predicate="t.l_orderkey = s.l_orderkey AND t.l_linenumber = s.l_linenumber",
@@ -325,6 +325,13 @@ def update_lineitems(tables: TpchTables, seed: int, share: float, *, newest: boo
         .execute()
     )
     return int(metrics.get("num_target_rows_updated", chosen.num_rows)), DeltaTable(tables.lineitem).version()
+
+
+def _other_discount(rng: random.Random, old: Decimal) -> Decimal:
+    """A discount of 0.00 - 0.10 (TPC-H's range) other than `old`: an update that rewrote
+    a row unchanged would change no MV row."""
+    cents = rng.randint(0, 9)
+    return Decimal(cents if cents < int(old * 100) else cents + 1).scaleb(-2)
 
 
 def _check_count(count: int) -> int:

@@ -18,7 +18,7 @@ from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
 from airflow_backfill.engine.aggregates.snapshot import partials_uri
 from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.delta import driver_rows
-from airflow_backfill.engine.delta.log import last_commit_metadata
+from airflow_backfill.engine.delta.log import CHECKPOINT_INTERVAL_PROPERTY, last_commit_metadata
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -235,13 +235,15 @@ def test_a_chunked_snapshot_combines_partial_states(spark, tables):
     assert not os.path.exists(partials_uri(job.target)), "the partial states outlived the snapshot"
 
 
-def test_the_mv_holds_exactly_the_query_columns(spark, tables):
+def test_the_mv_holds_exactly_the_query_columns_and_both_tables_checkpoint_rarely(spark, tables):
     query = "SELECT g AS grp, SUM(x) / COUNT(*) AS ratio, COUNT(*) AS n FROM source GROUP BY g"
     upstream = create(tables["source"], [row(g="a", x=1), row(g="a", x=4)])
     job = job_for(tables, query)
     run_snapshot(spark, job)
     assert DeltaTable(job.target).schema().to_arrow().names == expected_rows(upstream.uri, 0, query).column_names
     assert os.path.isdir(os.path.join(state_uri(job.target), "_delta_log"))
+    for uri in (job.target, state_uri(job.target)):  # few rows rewritten each round: a checkpoint costs more
+        assert DeltaTable(uri).metadata().configuration[CHECKPOINT_INTERVAL_PROPERTY] == "100"
 
 
 def test_an_empty_upstream_gives_an_empty_mv_that_then_fills(spark, tables):

@@ -129,6 +129,13 @@ def test_update_lineitems_changes_a_share_in_one_merge(tables: tpch.TpchTables) 
     assert updated == round(lines * 0.01)
     assert _change_types(tables.lineitem, 1) == {"update_preimage": updated, "update_postimage": updated}
     assert _assert_consistent(tables)[1] == lines
+    images = pa.table(DeltaTable(tables.lineitem).load_cdf(starting_version=1, ending_version=1).read_all()).to_pylist()
+    discounts: dict[tuple, dict[str, object]] = {}
+    for image in images:
+        discounts.setdefault((image["l_orderkey"], image["l_linenumber"]), {})[image["_change_type"]] = \
+            image["l_discount"]
+    assert len(discounts) == updated
+    assert all(d["update_preimage"] != d["update_postimage"] for d in discounts.values())  # each row changed
 
 
 def test_update_of_the_newest_line_items_takes_the_largest_order_keys(tables: tpch.TpchTables) -> None:

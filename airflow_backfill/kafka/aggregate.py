@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow_backfill.engine.aggregates.apply import commit_round, touched_groups
 from airflow_backfill.engine.aggregates.state import discard_state, read_state, state_uri
 from airflow_backfill.engine.aggregates.view import analyse, cast_to, mv_changes, value_types, visible_rows
-from airflow_backfill.engine.delta.commits import CommitInfo, append, commit_watermark_only
+from airflow_backfill.engine.delta.commits import (
+    GROUP_TABLE_PROPERTIES,
+    CommitInfo,
+    append,
+    commit_watermark_only,
+)
 from airflow_backfill.engine.delta.keyed_writes import write_keyed
 from airflow_backfill.engine.delta.log import METADATA_PREFIX, load_table, table_exists
 from airflow_backfill.engine.faults import maybe_crash
@@ -164,13 +169,15 @@ def _create(spark: SparkSession, job: KafkaBackfillJob, plan: QueryPlan, records
     records.createOrReplaceTempView("source")
     state = cast_to(spark.sql(sql.state_sql(aggregate)), state_schema)
     append(state, state_uri(job.target), app_id=job.app_id, version=info.epoch,
-           user_metadata=info.user_metadata(job), create=True)
+           user_metadata=info.user_metadata(job), create=True,
+           properties=GROUP_TABLE_PROPERTIES)
     maybe_crash(PHASE, "after_state_commit")
     mv_schema = analyse(spark, records.schema, job.query)
     committed = spark.read.format("delta").load(state_uri(job.target))
     mv_rows = visible_rows(spark, aggregate, committed, value_types(spark, aggregate, records.schema), mv_schema)
     append(mv_rows, job.target, app_id=job.app_id, version=info.epoch,
-           user_metadata=replace(info, extra={"groups": str(committed.count())}).user_metadata(job), create=True)
+           user_metadata=replace(info, extra={"groups": str(committed.count())}).user_metadata(job), create=True,
+           properties=GROUP_TABLE_PROPERTIES)
 
 
 def _commit_split_states_only(spark: SparkSession, job: KafkaBackfillJob, info: RoundCommit) -> None:

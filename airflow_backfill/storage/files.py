@@ -17,6 +17,7 @@ from airflow_backfill.storage.uri import is_object_store
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyarrow.fs import FileSystem
 
 
@@ -109,6 +110,17 @@ def read_parquet_columns(uri: str, columns: list[str]) -> pa.Table:
         return pq.read_table(uri.removeprefix("file://"), columns=columns)
     filesystem, path = _remote(uri)
     return pq.read_table(path, columns=columns, filesystem=filesystem)
+
+
+def parquet_metadata(uri: str) -> pq.FileMetaData:
+    """One Parquet file's footer (its row count and schema), without its data."""
+    import pyarrow.parquet as pq
+
+    if not is_object_store(uri):
+        return pq.read_metadata(uri.removeprefix("file://"))
+    filesystem, path = _remote(uri)
+    with filesystem.open_input_file(path) as source:
+        return pq.read_metadata(source)
 
 
 def read_text(uri: str) -> str | None:

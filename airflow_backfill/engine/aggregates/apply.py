@@ -35,6 +35,7 @@ from airflow_backfill.engine.delta.commits import (
     commit_watermark_only,
     overwrite,
 )
+from airflow_backfill.engine.delta.driver_feed import feed_in_driver
 from airflow_backfill.engine.delta.driver_rows import held_in_driver
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
@@ -122,8 +123,13 @@ def apply_aggregate_changes(
     early = recompute_first(job, watermark, info.epoch, info.parallelism, aggregate=True)
     if early is not None:
         return 0, recompute_aggregate(spark, job, plan, info, early), early
-    feed = read_change_feed(spark, job.source, watermark, info.epoch)
     referenced = sql.row_columns(aggregate)
+    held = feed_in_driver(spark, job.source, watermark, info.epoch)
+    if held is not None:  # a small feed: its rows are counted already, and folding them reads no file
+        columns = [field.name for field in held.upstream.fields if field.name.lower() in referenced]
+        return fold_signed_rows(spark, job, plan, signed_rows(held.frame, columns), held.upstream, info,
+                                recompute_at=info.epoch, change_rows=held.rows)
+    feed = read_change_feed(spark, job.source, watermark, info.epoch)
     columns = [c for c in feed.columns if c not in FEED_COLUMNS and c.lower() in referenced]
     signed = signed_rows(feed, columns).cache()
     try:

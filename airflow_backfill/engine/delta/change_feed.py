@@ -30,6 +30,10 @@ COMMIT_VERSION = "_commit_version"
 COMMIT_TIMESTAMP = "_commit_timestamp"
 FEED_COLUMNS = frozenset({CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP})
 """The columns a change feed adds to the upstream's."""
+ARRIVING = ("insert", "update_postimage")
+"""Change types that bring their row in."""
+LEAVING = ("delete", "update_preimage")
+"""Change types that take their row out."""
 
 log = logging.getLogger(__name__)
 

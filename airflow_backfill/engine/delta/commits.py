@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, METADATA_PREFIX
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, CHECKPOINT_INTERVAL_PROPERTY, METADATA_PREFIX
 from airflow_backfill.engine.delta.transaction_write import (
     APPEND,
     OVERWRITE,
@@ -56,6 +56,13 @@ TABLE_PROPERTIES = {CDF_PROPERTY: "true", DELETION_VECTORS_PROPERTY: "true"}
 """Properties of every table the engine creates: the change feed (an MV can be an upstream)
 and deletion vectors (MERGE marks replaced rows instead of rewriting whole files). Both
 stay readable by delta-rs 1.6, which reads deletion vectors and change files."""
+
+GROUP_TABLE_PROPERTIES = {CHECKPOINT_INTERVAL_PROPERTY: "100"}
+"""Added for an aggregate's state and MV, a few rows rewritten whole every round: Delta
+writes a checkpoint every `delta.checkpointInterval` commits (10 by default), and to
+write it rebuilds the table's state, 4 - 7 s for a 4-row table, more than the rounds
+between two checkpoints save. 100 is delta-rs' default; these tables are read from the
+file list of their checksums, which needs no replay of the commits since."""
 
 PLAN_FIELD = "plan"
 """Commit metadata field (`airflow_backfill.plan`): how a round wrote its changes and why,
@@ -93,9 +100,11 @@ class CommitInfo:
 
 def append(
     frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
+    properties: Mapping[str, str] | None = None,
 ) -> bool:
-    """Append `frame` to the Delta table at `uri` (created when `create`) in one idempotent
-    commit; False (nothing written) when the table already has transaction `version`."""
+    """Append `frame` to the Delta table at `uri` (created when `create`, with
+    `TABLE_PROPERTIES` and `properties`) in one idempotent commit; False (nothing
+    written) when the table already has transaction `version`."""
     ensure_held(uri)
     if not create:
         return write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=app_id, version=version,
@@ -104,7 +113,7 @@ def append(
         frame.write.format("delta").mode("append")
         .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
     )
-    for key, value in TABLE_PROPERTIES.items():
+    for key, value in {**TABLE_PROPERTIES, **(properties or {})}.items():
         writer = writer.option(key, value)
     writer.save(uri)
     return True

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.change_feed import read_change_feed
+from airflow_backfill.engine.delta.driver_feed import feed_in_driver
 from airflow_backfill.engine.joins.relation import (
     Reader,
     flat_schema,
@@ -108,7 +109,9 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
     from pyspark.sql import functions as F
 
     table = plan.tables[index]
-    feed = read_change_feed(spark, upstream_uri(job, table.name), old, new, list(table.columns))
+    uri = upstream_uri(job, table.name)
+    held = feed_in_driver(spark, uri, old, new, list(table.columns))
+    feed = held.frame if held is not None else read_change_feed(spark, uri, old, new, list(table.columns))
     columns = plan.flat_columns(index)
     return (
         signed_rows(feed, list(table.columns))

@@ -38,6 +38,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
     repeated_key_named,
 )
+from airflow_backfill.engine.delta.driver_feed import feed_in_driver
 from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, held_in_driver
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
@@ -254,10 +255,15 @@ def _apply_stateless(
         if job.verify_primary_key:
             _prove_upstream_key(spark, job, plan, watermark, info.epoch)
         return _recompute(spark, job, plan, None, 0, early, info)
-    feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
+    held = feed_in_driver(spark, job.source, watermark, info.epoch, feed_columns(job, plan))
+    if held is not None:  # a small feed: counted already, and not cached (its rows are the driver's)
+        feed, (change_rows, arriving_rows) = held.frame, (held.rows, held.arriving)
+    else:
+        feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
     net: DataFrame | None = None
     try:
-        change_rows, arriving_rows = count_changes(feed)
+        if held is None:
+            change_rows, arriving_rows = count_changes(feed)
         net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
                           keep_first_image=plan.filters_rows)
         ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
@@ -266,8 +272,8 @@ def _apply_stateless(
         elif ask_upstream:
             net = net.cache()
         keyed = mv_changes(spark, net, plan)
-        if change_rows <= DRIVER_ROWS:  # a few keys: held by the driver, their checks and plans run no job
-            keyed = held_in_driver(keyed) or keyed
+        if held is not None or change_rows <= DRIVER_ROWS:  # few keys (at most one per change row): held by
+            keyed = held_in_driver(keyed, max(change_rows, DRIVER_ROWS)) or keyed  # the driver, checks run no job
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
         try:

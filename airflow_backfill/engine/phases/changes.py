@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, FEED_COLUMNS
+from airflow_backfill.engine.delta.change_feed import (
+    ARRIVING,
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    FEED_COLUMNS,
+    LEAVING,
+)
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, repeated_key_error
 from airflow_backfill.engine.planning.query import SOURCE_TABLE, QueryPlan
 
@@ -29,8 +35,6 @@ _EARLIEST = "__earliest"
 _CHANGE_RANK = {"update_preimage": 0, "delete": 1, "insert": 2, "update_postimage": 3}
 
 SIGN = "__sign"
-_ARRIVING = ("insert", "update_postimage")
-_LEAVING = ("delete", "update_preimage")
 
 
 def net_changes(
@@ -83,7 +87,7 @@ def net_changes(
         earliest = F.last(F.struct(*(F.col(f"`{c}`") for c in upstream_columns), F.col(CHANGE_TYPE))).over(whole_key)
         netted = netted.withColumn(_EARLIEST, earliest)
         flags += [F.col(_EARLIEST).dropFields(CHANGE_TYPE).alias(BEFORE),
-                  F.col(f"{_EARLIEST}.{CHANGE_TYPE}").isin(*_LEAVING).alias(HELD_BEFORE)]
+                  F.col(f"{_EARLIEST}.{CHANGE_TYPE}").isin(*LEAVING).alias(HELD_BEFORE)]
     return netted.filter(F.col("__n") == 1).select(*upstream_columns, *flags)
 
 
@@ -118,7 +122,7 @@ def count_changes(feed: DataFrame) -> tuple[int, int]:
     """(change rows, those that bring a row in: inserts and post-images), in one job."""
     from pyspark.sql import functions as F
 
-    row = feed.agg(F.count(F.lit(1)), F.count(F.when(F.col(CHANGE_TYPE).isin(*_ARRIVING), 1))).first()
+    row = feed.agg(F.count(F.lit(1)), F.count(F.when(F.col(CHANGE_TYPE).isin(*ARRIVING), 1))).first()
     return (int(row[0]), int(row[1])) if row is not None else (0, 0)
 
 
@@ -151,7 +155,7 @@ def _sign() -> Column:
     from pyspark.sql import functions as F
 
     change = F.col(CHANGE_TYPE)
-    return F.when(change.isin(*_ARRIVING), F.lit(1)).when(change.isin(*_LEAVING), F.lit(-1)).cast("int")
+    return F.when(change.isin(*ARRIVING), F.lit(1)).when(change.isin(*LEAVING), F.lit(-1)).cast("int")
 
 
 def apply_query(spark: SparkSession, rows: DataFrame, query: str) -> DataFrame:

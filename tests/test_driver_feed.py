@@ -1,0 +1,85 @@
+"""A small change feed read by the driver from its files gives the rows, types and
+change types Spark's change feed reader gives, for appends, deletes, updates and merges;
+ranges of other shapes, or above the limit, are left to Spark."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, read_change_feed
+from airflow_backfill.engine.delta.commits import DELETION_VECTORS_PROPERTY, TABLE_PROPERTIES
+from airflow_backfill.engine.delta.driver_feed import feed_in_driver
+from airflow_backfill.engine.delta.driver_rows import is_local
+from airflow_backfill.exceptions import UpstreamError
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = "k long, d decimal(18,2), day date, at timestamp, s string, f double"
+
+
+def _create(spark, uri: str, *, deletion_vectors: bool = True) -> None:
+    rows = spark.sql(
+        "SELECT id AS k, CAST(id * 1.25 AS DECIMAL(18,2)) AS d, DATE_ADD(DATE '2020-01-01', CAST(id AS INT)) AS day, "
+        "TIMESTAMP '2021-03-04 05:06:07' + MAKE_INTERVAL(0, 0, 0, 0, 0, 0, id) AS at, "
+        "IF(id % 3 = 0, NULL, CONCAT('s', id)) AS s, id / 7 AS f FROM range(20)")
+    writer = rows.repartition(2).write.format("delta")
+    for key, value in {**TABLE_PROPERTIES, DELETION_VECTORS_PROPERTY: str(deletion_vectors).lower()}.items():
+        writer = writer.option(key, value)
+    writer.save(uri)
+
+
+def _rows(frame) -> list[tuple]:
+    return sorted((tuple(row) for row in frame.collect()), key=repr)
+
+
+def _spark_feed(spark, uri: str, watermark: int, end: int, columns: list[str] | None):
+    return read_change_feed(spark, uri, watermark, end, columns)
+
+
+def test_appends_deletes_updates_and_merges_read_as_spark_reads_them(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _create(spark, uri, deletion_vectors=False)  # row-level changes then write change files
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (100, 1.50, DATE '1999-12-31', TIMESTAMP '2001-02-03 04:05:06', "
+              "NULL, NULL)")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k IN (2, 5)")
+    spark.sql(f"UPDATE delta.`{uri}` SET s = 'updated', d = d + 1 WHERE k = 7")
+    spark.sql(f"MERGE INTO delta.`{uri}` t USING (SELECT 8 AS k UNION ALL SELECT 200) s ON t.k = s.k "
+              "WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (k, d, day, at, s, f) "
+              "VALUES (s.k, 2.00, DATE '2024-02-29', TIMESTAMP '2024-02-29 23:59:59', 'merged', -0.5)")
+    for columns in (None, ["k", "s", "at"]):
+        held = feed_in_driver(spark, uri, 0, 4, columns)
+        assert held is not None and is_local(held.frame)
+        expected = _spark_feed(spark, uri, 0, 4, columns)
+        assert held.frame.schema == expected.schema
+        assert _rows(held.frame) == _rows(expected)
+        assert held.rows == expected.count()
+        assert held.arriving == expected.filter(f"{CHANGE_TYPE} IN ('insert', 'update_postimage')").count()
+    assert [f.name for f in held.upstream.fields] == ["k", "d", "day", "at", "s", "f"]
+    kinds = {row[CHANGE_TYPE] for row in held.frame.select(CHANGE_TYPE).collect()}
+    assert kinds == {"insert", "delete", "update_preimage", "update_postimage"}
+    assert {row[COMMIT_VERSION] for row in held.frame.select(COMMIT_VERSION).collect()} == {1, 2, 3, 4}
+
+
+def test_other_shapes_and_large_ranges_are_left_to_spark(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _create(spark, uri)
+    spark.sql(f"INSERT INTO delta.`{uri}` SELECT * FROM delta.`{uri}`")
+    assert feed_in_driver(spark, uri, 0, 1, limit=19) is None  # 20 rows appended
+    held = feed_in_driver(spark, uri, 0, 1, limit=20)
+    assert held is not None and held.rows == held.arriving == 20
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 4")  # a deletion vector, with no change files
+    assert feed_in_driver(spark, uri, 1, 2) is None
+    spark.sql(f"DELETE FROM delta.`{uri}`")  # removes whole files, with no change files either
+    assert feed_in_driver(spark, uri, 2, 3) is None
+    spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (extra int)")
+    assert feed_in_driver(spark, uri, 0, 1) is None  # the latest metadata is not the range's
+
+
+def test_a_vacuumed_change_file_is_the_same_error_as_with_spark(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _create(spark, uri, deletion_vectors=False)
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 3")
+    for change_file in (tmp_path / "t" / "_change_data").iterdir():
+        change_file.unlink()
+    with pytest.raises(UpstreamError, match="vacuumed"):
+        feed_in_driver(spark, uri, 0, 1)
