@@ -46,6 +46,11 @@ FEED_ROWS = 50_000
 items: an RF1 + RF2 pair at SF 1 is 12 k rows); larger ranges are read by Spark."""
 
 
+_MAX_CHANGE_BYTES = 64 << 20
+"""A range whose change files exceed this size is left to Spark before any footer is
+opened: it bounds what the driver reads, whatever the rows' width."""
+
+
 @dataclass(frozen=True)
 class HeldFeed:
     """A range's change rows held by the driver, with what the round asks of them."""
@@ -122,9 +127,13 @@ def _change_files(source: str, watermark: int, end_version: int, limit: int) -> 
     """The files each version's change rows are read from, or None when a version has a
     shape left to Spark or the range holds more than `limit` rows."""
     found: list[_ChangeFile] = []
+    change_bytes = 0
     for version in range(watermark + 1, end_version + 1):
         actions = commit_actions(source, version)
         cdc = [action["cdc"] for action in actions if "cdc" in action]
+        change_bytes += sum(int(change.get("size") or 0) for change in cdc)
+        if change_bytes > _MAX_CHANGE_BYTES:  # too large to be within the limit: no footer is opened
+            return None
         if cdc:
             found += [_ChangeFile(uri, version, _parquet_rows(uri), True)
                       for uri in (join(source, unquote(change["path"])) for change in cdc)]
