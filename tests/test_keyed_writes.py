@@ -1,17 +1,21 @@
 """Every way to write keyed changes (append, replace, merge, overwrite) leaves the same rows,
 moves the watermark in the same commit, is a no-op when repeated, records a change feed
 that nets per key to exactly the changes, and refuses a key that arrives while the table
-holds it; and the cheapest way is what a write without a round plan takes."""
+holds it; the cheapest way is what a write without a round plan takes; and an overwrite
+keeps the same rows whether the driver or Spark computes them."""
 
 from __future__ import annotations
 
 import datetime
 import json
+from decimal import Decimal
 
 import pytest
 from deltalake import DeltaTable
 
+from airflow_backfill.engine.delta import keyed_writes
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, TABLE_PROPERTIES
+from airflow_backfill.engine.delta.driver_rows import held_in_driver
 from airflow_backfill.engine.delta.keyed_writes import cheapest_way, prepare, write, write_keyed
 from airflow_backfill.engine.planning.round_plan import APPEND, DELETE, MERGE, OVERWRITE, REPLACE, Rates
 
@@ -204,3 +208,40 @@ def test_a_merge_that_only_deletes_has_one_delete_clause_and_a_feed_of_the_delet
     assert json.loads(merge["operationParameters"]["notMatchedPredicates"]) == []
     assert netted_feed(spark, uri, 1) == {(3,): None, (7,): None}
     assert [k for k, _ in rows_of(spark, uri)] == [1, 2, 4, 5, 6, 8, 9, 10]
+
+
+KEPT_CASES = {
+    "null-safe": ("k int, n long", [(None, 1), (1, 1), (2, 1)], [(None, 5, True), (2, None, None)], True, True),
+    "not null-safe": ("k int, n long", [(None, 1), (1, 1)], [(None, 5, True), (1, None, None)], False, True),
+    "decimal and string": ("d decimal(10,2), s string, n long", [(Decimal("1.50"), "a", 1), (Decimal("2.00"), "a", 2)],
+                           [(Decimal("1.5"), "a", 9, True)], False, True),
+    "double key": ("k double, n long", [(1.5, 1), (float("nan"), 2)], [(float("nan"), 7, True)], True, False),
+}
+"""Per case: schema, table rows, keyed changes, null-safe keys, and whether the driver
+computes the rows an overwrite keeps (not for floating-point keys)."""
+
+
+@pytest.mark.parametrize("case", KEPT_CASES)
+def test_an_overwrite_keeps_the_same_rows_whether_the_driver_or_spark_computes_them(spark, tmp_path, monkeypatch,
+                                                                                     case):
+    schema, rows, changed, null_safe, in_driver = KEPT_CASES[case]
+    key = tuple(field.split()[0] for field in schema.split(", ")[:-1])
+    original = keyed_writes._kept_in_driver
+    results = {}
+    for computed_by in ("driver", "spark"):
+        uri = str(tmp_path / computed_by)
+        create(spark, uri, rows, schema)
+        calls: list[bool] = []
+
+        def spied(*args, calls=calls, allowed=computed_by == "driver"):
+            kept = original(*args) if allowed else None
+            calls.append(kept is not None)
+            return kept
+
+        monkeypatch.setattr(keyed_writes, "_kept_in_driver", spied)
+        held = held_in_driver(changes(spark, changed, schema))  # as a round's few changes are
+        write_as(spark, OVERWRITE, uri, held, version=1, key=key, null_safe=null_safe)
+        assert calls == [computed_by == "driver" and in_driver]
+        feed = netted_feed(spark, uri, 1, key)
+        results[computed_by] = repr(rows_of(spark, uri)), sorted(repr(item) for item in feed.items())
+    assert results["driver"] == results["spark"]  # as repr: NaN equals itself there

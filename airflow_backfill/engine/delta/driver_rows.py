@@ -14,7 +14,9 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,13 @@ def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | No
     None when it has more than `limit` (default `DRIVER_ROWS`) rows, or when Spark cannot
     hold them locally (Arrow cannot carry a column type, or the rows exceed
     `spark.sql.execution.arrow.localRelationThreshold`)."""
+    table = arrow_rows(frame, limit)
+    return None if table is None else local_relation(frame.sparkSession, table, frame.schema)
+
+
+def arrow_rows(frame: DataFrame, limit: int | None = None) -> pa.Table | None:
+    """`frame`'s rows collected as Arrow (one job), or None when there are more than
+    `limit` (default `DRIVER_ROWS`) or Arrow cannot carry a column type."""
     from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -39,9 +48,13 @@ def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | No
         log.info("rows kept in Spark: Arrow cannot carry their types (%s)", error)
         return None
     table = frame.limit(limit + 1).toArrow()  # errors of computing the rows reach the caller
-    if table.num_rows > limit:
-        return None
-    local = frame.sparkSession.createDataFrame(table, schema=frame.schema)
+    return None if table.num_rows > limit else table
+
+
+def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame | None:
+    """Arrow rows as a Spark local relation of `schema`; None when Spark would not hold
+    them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`)."""
+    local = spark.createDataFrame(table, schema=schema)
     return local if is_local(local) else None
 
 
