@@ -216,6 +216,7 @@ KEPT_CASES = {
     "decimal and string": ("d decimal(10,2), s string, n long", [(Decimal("1.50"), "a", 1), (Decimal("2.00"), "a", 2)],
                            [(Decimal("1.5"), "a", 9, True)], False, True),
     "double key": ("k double, n long", [(1.5, 1), (float("nan"), 2)], [(float("nan"), 7, True)], True, False),
+    "empty table": ("k int, n long", [], [(1, 5, True)], False, True),
 }
 """Per case: schema, table rows, keyed changes, null-safe keys, and whether the driver
 computes the rows an overwrite keeps (not for floating-point keys)."""

@@ -193,6 +193,7 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
     plans a union of two local relations instead of a broadcast anti-join over a scan,
     a few tenths of a second a table. None otherwise, or for key types whose Python
     values compare otherwise than Spark's (floating point: NaN; timestamps: time zones)."""
+    import pyarrow as pa
     from pyspark.sql.types import BooleanType, DateType, DecimalType, IntegralType, StringType
 
     if prepared.facts.rows > DRIVER_ROWS or not is_local(prepared.frame):
@@ -208,7 +209,8 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
     changed = {key for key in (tuple(row) for row in prepared.frame.select(*prepared.key).collect())  # no job
                if prepared.null_safe or None not in key}  # `=` never matches a NULL key
     old_keys = zip(*(table.column(field.name).to_pylist() for field in key_fields), strict=True)
-    return local_relation(spark, table.filter([key not in changed for key in old_keys]), current.schema)
+    kept = pa.array([key not in changed for key in old_keys], pa.bool_())  # typed: an empty table too
+    return local_relation(spark, table.filter(kept), current.schema)
 
 
 def _same_key(prepared: PreparedChanges, left: str, right: str) -> Any:
