@@ -29,7 +29,7 @@ from airflow_backfill.engine.delta.change_feed import (
     COMMIT_VERSION,
     check_range_readable,
 )
-from airflow_backfill.engine.delta.driver_rows import is_local
+from airflow_backfill.engine.delta.driver_rows import local_relation
 from airflow_backfill.engine.delta.log import commit_actions, load_table
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
@@ -97,8 +97,8 @@ def feed_in_driver(
     table = _read(change_files, wanted, schema, spark.conf.get("spark.sql.session.timeZone"))
     if table is None:
         return None
-    frame = spark.createDataFrame(table, schema=schema)
-    if not is_local(frame):
+    frame = local_relation(spark, table, schema)
+    if frame is None:
         return None
     arriving = sum(1 for change in table.column(CHANGE_TYPE).to_pylist() if change in ARRIVING)
     log.info("change feed of versions %s..%s read by the driver: %s rows from %s files",
@@ -132,7 +132,7 @@ def _change_files(source: str, watermark: int, end_version: int, limit: int) -> 
         actions = commit_actions(source, version)
         cdc = [action["cdc"] for action in actions if "cdc" in action]
         change_bytes += sum(int(change.get("size") or 0) for change in cdc)
-        if change_bytes > _MAX_CHANGE_BYTES:  # too large to be within the limit: no footer is opened
+        if change_bytes > _MAX_CHANGE_BYTES:  # before any footer is opened
             return None
         if cdc:
             found += [_ChangeFile(uri, version, _parquet_rows(uri), True)
