@@ -211,8 +211,8 @@ class BackfillJob:
     cheapest estimate, recomputing the whole MV when that is cheaper than applying the
     changes; `incremental` never recomputes; `recompute` always does; `merge` writes the MV
     only by MERGE or append, whose change feed delta-rs reads too (docs/round-plans.md).
-    A join's rounds never recompute (`recompute` is refused for one; the others choose
-    among the keyed writes)."""
+    A join decides before it reads its feeds: it recomputes the join when that beats the
+    least its round would cost (estimated from its snapshot and its earlier rounds)."""
     aws_conn_id: str | None = None
     """Airflow connection (the Amazon provider's `aws` type: keys, region, endpoint) for
     tables on S3. Its credentials reach spark-submit as environment variables only."""
@@ -252,11 +252,6 @@ class BackfillJob:
         if self.aws_conn_id is not None and (not isinstance(self.aws_conn_id, str) or not self.aws_conn_id.strip()):
             raise BackfillConfigError(f"aws_conn_id must be an Airflow connection id, got {self.aws_conn_id!r}.")
         validate_round_plan(self.round_plan)
-        if self.is_join and self.round_plan == "recompute":
-            raise BackfillConfigError(
-                "round_plan recompute is not available for a join (`sources`): a join's rounds always apply "
-                "their changes; use auto or incremental, or rerun the snapshot into a new target."
-            )
         if not isinstance(self.verify_primary_key, bool):
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."

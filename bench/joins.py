@@ -18,7 +18,11 @@ side by side in that session, for each MV:
    their line items) commit to both `orders` and `lineitem`; `run_catch_up` brings the MV
    over those four versions, against recomputing the MV from scratch at the same
    versions (a snapshot into a new target); one unmeasured pair first, then `--repeats`
-   pairs; ratio of the medians.
+   pairs; ratio of the medians, and against the plain Spark job of section 1 at the same
+   versions. Delta's cached table states are dropped before each measured side: the
+   first side to read a new version would otherwise rebuild its state for the others. `--round-plan` sets the MVs' `round_plan` (auto by default, which recomputes
+   when the job's snapshot says that beats the least a round costs; incremental to measure
+   the rounds that apply their changes).
 
 Prints the figures and writes them to the JSON file (docs/benchmarks.md, "Joins").
 """
@@ -41,6 +45,7 @@ if ROOT not in sys.path:  # `python bench/joins.py` puts bench/, not the checkou
 
 from airflow_backfill import tpch  # noqa: E402
 from airflow_backfill.job import BackfillJob  # noqa: E402
+from bench.measure import without_cached_states  # noqa: E402
 
 Q3_JOIN = (
     "FROM customer, orders, lineitem WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey "
@@ -55,9 +60,9 @@ QUERIES = {
 Q3 = QUERIES["q3"]
 
 
-def q3_job(tables: tpch.TpchTables, name: str, target: str, query: str = Q3) -> BackfillJob:
+def q3_job(tables: tpch.TpchTables, name: str, target: str, query: str = Q3, round_plan: str = "auto") -> BackfillJob:
     return BackfillJob(
-        name=name, target=target, query=query, backfill_parallelism=2, lag_threshold=0,
+        name=name, target=target, query=query, backfill_parallelism=2, lag_threshold=0, round_plan=round_plan,
         sources={table: {"table": tables.path(table), "primary_key": list(tpch.PRIMARY_KEYS[table])}
                  for table in (tpch.CUSTOMER, tpch.ORDERS, tpch.LINEITEM)},
     )
@@ -110,40 +115,57 @@ def snapshot_section(spark: Any, tables: tpch.TpchTables, work: str,
 
 
 def refresh_section(spark: Any, tables: tpch.TpchTables, work: str, repeats: int, seed: int,
-                    kind: str) -> dict[str, Any]:
+                    kind: str, round_plan: str = "auto") -> dict[str, Any]:
     from airflow_backfill.engine.phases.catch_up import run_catch_up
     from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     query = QUERIES[kind]
-    job = q3_job(tables, f"{kind}_refresh", os.path.join(work, f"{kind}-refresh"), query)
-    initial_s = timed(run_snapshot, spark, job)
 
     def recompute(name: str) -> float:
         target = os.path.join(work, name)
+        without_cached_states(spark)
         seconds = timed(run_snapshot, spark, q3_job(tables, name.replace("-", "_"), target, query),
                         epochs=versions(tables))
         shutil.rmtree(target, ignore_errors=True)
         return seconds
 
+    def plain(name: str) -> float:
+        out_dir = os.path.join(work, name)
+        without_cached_states(spark)
+        seconds = timed(plain_q3, spark, tables, versions(tables), out_dir, query)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return seconds
+
+    recompute(f"warm-recompute-{kind}")  # unmeasured: the job's own snapshot below runs warm, as its rounds do
+    plain(f"warm-plain-{kind}")
+    job = q3_job(tables, f"{kind}_refresh", os.path.join(work, f"{kind}-refresh"), query, round_plan)
+    initial_s = timed(run_snapshot, spark, job)
     tpch.insert_new_orders(tables, seed)
     tpch.delete_old_orders(tables, seed)
     run_catch_up(spark, job)  # unmeasured: the first round of this size compiles its code paths
-    recompute(f"warm-recompute-{kind}")
     pairs = []
     for run in range(repeats):
         rf1 = tpch.insert_new_orders(tables, seed)
         rf2 = tpch.delete_old_orders(tables, seed)
+        without_cached_states(spark)
         started = time.monotonic()
         caught_up = run_catch_up(spark, job)
         catch_up_s = round(time.monotonic() - started, 3)
+        sides = [("recompute_s", lambda r=run: recompute(f"recompute-{kind}-{r}")),
+                 ("plain_s", lambda r=run: plain(f"plain-{kind}-{r}"))]
+        measured = {name: measure() for name, measure in (sides if run % 2 == 0 else reversed(sides))}
         pairs.append({"inserted_orders": rf1.orders, "inserted_lineitems": rf1.lineitems,
                       "deleted_orders": rf2.orders, "deleted_lineitems": rf2.lineitems,
-                      "rounds": len(caught_up.rounds), "change_rows": sum(r.change_rows for r in caught_up.rounds),
-                      "catch_up_s": catch_up_s, "recompute_s": recompute(f"recompute-{kind}-{run}")})
+                      "rounds": len(caught_up.rounds), "plans": [r.plan for r in caught_up.rounds],
+                      "change_rows": sum(r.change_rows for r in caught_up.rounds),
+                      "catch_up_s": catch_up_s, **measured})
     catch_up = statistics.median(p["catch_up_s"] for p in pairs)
     recomputed = statistics.median(p["recompute_s"] for p in pairs)
-    return {"initial_snapshot_s": initial_s, "pairs": pairs, "catch_up_median_s": round(catch_up, 3),
-            "recompute_median_s": round(recomputed, 3), "speedup": round(recomputed / catch_up, 2)}
+    plain_s = statistics.median(p["plain_s"] for p in pairs)
+    return {"round_plan": round_plan, "initial_snapshot_s": initial_s, "pairs": pairs,
+            "catch_up_median_s": round(catch_up, 3), "recompute_median_s": round(recomputed, 3),
+            "plain_median_s": round(plain_s, 3), "speedup": round(recomputed / catch_up, 2),
+            "speedup_vs_plain": round(plain_s / catch_up, 2)}
 
 
 def with_load(section: Any, *args: Any) -> dict[str, Any]:
@@ -172,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated sections of snapshot, refresh (SF 10's refreshes take most of its "
                              "24 minutes and about 30 GB of disk)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--round-plan", default="auto", choices=("auto", "incremental", "recompute"),
+                        help="the MVs' round_plan in the refresh section (auto: recompute when cheaper)")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "join_results.json"))
     parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one, removed)")
     args = parser.parse_args(argv)
@@ -196,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                                                           kind)
                 if "refresh" in sections:
                     results[kind]["refresh"] = with_load(refresh_section, spark, tables, work, args.repeats,
-                                                         args.seed, kind)
+                                                         args.seed, kind, args.round_plan)
             results["load_average_after"] = os.getloadavg()
         finally:
             spark.stop()
@@ -217,8 +241,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{snapshot['plain_median_s']}s (x{snapshot['ratio']})")
         if "refresh" in results[kind]:
             refresh = results[kind]["refresh"]
-            print(f"scale factor {args.scale:g}, {kind}: RF1+RF2 catch-up {refresh['catch_up_median_s']}s vs "
-                  f"recompute {refresh['recompute_median_s']}s ({refresh['speedup']}x faster)")
+            print(f"scale factor {args.scale:g}, {kind} (round_plan {refresh['round_plan']}): RF1+RF2 catch-up "
+                  f"{refresh['catch_up_median_s']}s vs recompute {refresh['recompute_median_s']}s "
+                  f"({refresh['speedup']}x faster), vs plain Spark {refresh['plain_median_s']}s "
+                  f"({refresh['speedup_vs_plain']}x faster); plans {[p['plans'] for p in refresh['pairs']]}")
     return 0
 
 

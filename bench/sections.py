@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bench.measure import MemorySampler, PhaseTimer, median, percentile, stopwatch
+from bench.measure import MemorySampler, PhaseTimer, median, percentile, stopwatch, without_cached_states
 from bench.workload import (
     LOADED_EPOCH,
     QUERIES,
@@ -241,6 +241,7 @@ def plain_target(settings: SectionSettings, kind: str) -> str:
 
 def timed_plain_recompute(spark: SparkSession, settings: SectionSettings, kind: str, version: int) -> float:
     """Seconds of the plain Spark recompute of the `kind` MV at `version` (the baseline)."""
+    without_cached_states(spark)
     with stopwatch() as elapsed:
         plain_recompute(spark, settings.workspace.tables.lineitem, version, QUERIES[kind], plain_target(settings, kind))
     return round(elapsed(), 3)
@@ -269,6 +270,7 @@ def _catch_up_case(
     with stopwatch() as upstream_elapsed:
         updated, version = _update_lineitems_elsewhere(workspace.tables, settings.seed, share, newest=newest)
     timer = PhaseTimer()
+    without_cached_states(spark)
     with settings.memory.window() as catch_up_peak, timing_apply(timer), stopwatch() as catch_up_elapsed:
         caught_up = run_catch_up(spark, job, parallelism=settings.parallelism)
     steps = apply_breakdown(timer.take(), len(caught_up.rounds))
@@ -276,6 +278,7 @@ def _catch_up_case(
     recompute_target = workspace.scratch(f"recompute-{share}")
     recompute_job = lineitem_job(workspace, "bench_recompute", recompute_target, QUERIES["stateless"],
                                  backfill_parallelism=settings.parallelism)
+    without_cached_states(spark)
     with stopwatch() as recompute_elapsed:
         run_snapshot(spark, recompute_job, epoch=version, parallelism=settings.parallelism)
     shutil.rmtree(recompute_target, ignore_errors=True)
@@ -358,9 +361,11 @@ def _refresh_pairs(spark: SparkSession, settings: SectionSettings, kind: str) ->
         rf1 = tpch.insert_new_orders(workspace.tables, settings.seed)
         rf2 = tpch.delete_old_orders(workspace.tables, settings.seed)
         timer = PhaseTimer()
+        without_cached_states(spark)
         with settings.memory.window() as peak, timing_apply(timer), stopwatch() as catch_up_elapsed:
             caught_up = run_catch_up(spark, job, parallelism=settings.parallelism)
         plain_s = timed_plain_recompute(spark, settings, kind, rf2.lineitem_version)
+        without_cached_states(spark)
         with stopwatch() as recompute_elapsed:
             run_snapshot(spark, recompute_job, epoch=rf2.lineitem_version, parallelism=settings.parallelism)
         shutil.rmtree(recompute_job.target, ignore_errors=True)

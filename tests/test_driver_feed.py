@@ -83,3 +83,42 @@ def test_a_vacuumed_change_file_is_the_same_error_as_with_spark(spark, tmp_path)
         change_file.unlink()
     with pytest.raises(UpstreamError, match="vacuumed"):
         feed_in_driver(spark, uri, 0, 1)
+
+
+def test_the_driver_tells_a_key_that_gained_rows_as_spark_tells_it(spark, tmp_path):
+    from airflow_backfill.engine.delta.driver_feed import key_gained_rows
+    from airflow_backfill.engine.phases.changes import some_key_gained_rows
+
+    uri = str(tmp_path / "t")
+    _create(spark, uri, deletion_vectors=False)
+    spark.sql(f"UPDATE delta.`{uri}` SET d = d + 1 WHERE k < 5")  # 1: rows keep their keys
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 9")  # 2
+    spark.sql(f"UPDATE delta.`{uri}` SET k = 11 WHERE k = 10")  # 3: key 11 now held twice
+    spark.sql(f"UPDATE delta.`{uri}` SET k = 9 WHERE k = 12")  # 4: moved onto the key 2 deleted
+    cases = {(0, 2): False, (0, 3): True, (3, 4): True, (1, 4): True}
+    for (watermark, end), gained in cases.items():
+        for key in (["k"], ["k", "s"]):
+            spark_says = some_key_gained_rows(read_change_feed(spark, uri, watermark, end, key), key)
+            assert key_gained_rows(uri, watermark, end, key) is spark_says, (watermark, end, key)
+            if key == ["k"]:
+                assert spark_says is gained, (watermark, end)
+    with_vectors = str(tmp_path / "dv")
+    _create(spark, with_vectors)
+    spark.sql(f"DELETE FROM delta.`{with_vectors}` WHERE k = 1")  # a deletion vector, no change files
+    assert key_gained_rows(with_vectors, 0, 1, ["k"]) is None  # left to Spark
+
+
+def test_key_sums_carry_a_key_across_batches_and_compactions():
+    import pyarrow as pa
+
+    from airflow_backfill.engine.delta import driver_feed
+
+    sums = driver_feed._KeySums(1)
+    batch = 4 * driver_feed._KEY_BATCH_ROWS + 1  # every add compacts what came before
+    for start in range(0, 3 * batch, batch):  # keys removed, none gained
+        sums.add([pa.array(range(start, start + batch), pa.int64())], pa.array(["delete"] * batch))
+    assert sums.kept == 3 * batch and not sums.any_gained()
+    sums.add([pa.array([5, 5], pa.int64())], pa.array(["insert", "update_postimage"]))  # +2 on a key at -1
+    assert sums.any_gained()
+    sums.add([pa.array([5], pa.int64())], pa.array(["update_preimage"]))  # back to 0: dropped
+    assert not sums.any_gained() and sums.kept == 3 * batch - 1

@@ -42,7 +42,7 @@ def test_a_join_follows_a_kafka_source_tables_rounds(spark, kafka_simulator, tmp
     customers = str(tmp_path / "customers")
     _customers(customers)
     job = BackfillJob(name="orders_by_region", target=str(tmp_path / "mv"), query=QUERY, lag_threshold=0,
-                      backfill_parallelism=2, parallelism=1, sources={
+                      backfill_parallelism=2, parallelism=1, round_plan="incremental", sources={
                           "orders": {"table": source.table, "primary_key": ["_partition", "_offset"]},
                           "customers": {"table": customers, "primary_key": ["name"]},
                       })

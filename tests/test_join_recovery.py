@@ -53,8 +53,10 @@ def kill_at(monkeypatch, module, point: str) -> None:
 
 
 def join_job(tables, target: str, query: str) -> BackfillJob:
+    """Rounds that apply their changes: under `auto` tables this small are recomputed
+    (tests/test_join_recompute.py kills those)."""
     return BackfillJob(name="joined", target=target, query=query, sources=sources(tables), lag_threshold=0,
-                       poll_interval=0.05, backfill_parallelism=2, parallelism=1)
+                       poll_interval=0.05, backfill_parallelism=2, parallelism=1, round_plan="incremental")
 
 
 def uris(tables) -> dict[str, str]:

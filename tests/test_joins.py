@@ -52,8 +52,10 @@ QUERIES = {
 
 
 def join_job(tables, target: str, query: str, **overrides) -> BackfillJob:
+    """A job over the tiny test tables. Its rounds apply their changes (`incremental`): under
+    `auto` a join this small is recomputed every round (tests/test_join_recompute.py)."""
     fields = dict(name="joined", target=target, query=query, sources=sources(tables), lag_threshold=0,
-                  poll_interval=0.05, backfill_parallelism=2, parallelism=1)
+                  poll_interval=0.05, backfill_parallelism=2, parallelism=1, round_plan="incremental")
     return BackfillJob(**{**fields, **overrides})
 
 
@@ -103,12 +105,12 @@ def test_join_rounds_match_in_every_way_they_can_write(spark, tmp_path, monkeypa
     assert written & set(ways), plans
 
 
-def run_scenario(spark, tmp_path, shape: str) -> list[dict]:
+def run_scenario(spark, tmp_path, shape: str, **overrides) -> list[dict]:
     """Snapshot, a catch-up round moving every upstream, a forward round moving some; every
     commit checked. Returns the plans the two rounds recorded."""
     query, names, key = QUERIES[shape]
     tables = create_all(str(tmp_path), seed=len(shape), names=names)
-    job = join_job(tables, str(tmp_path / "mv"), query)
+    job = join_job(tables, str(tmp_path / "mv"), query, **overrides)
     rng = random.Random(shape)
     run_snapshot(spark, job)
     for table in tables.values():  # a backlog on every upstream: one catch-up round

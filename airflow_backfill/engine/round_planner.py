@@ -9,6 +9,7 @@ by how far its recent rounds were off. The job's `round_plan` can pin the choice
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,14 +20,17 @@ from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
     AUTO,
     INCREMENTAL,
+    JOIN_ROUND,
     OBSERVATIONS_KEPT,
     RECOMPUTE,
     Rates,
     RoundFacts,
     RoundPlan,
     before_the_feed,
+    bounded_correction,
     choose,
     corrections,
+    join_before_the_feed,
     observation,
     recompute_saves,
 )
@@ -38,6 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROUND_COSTS = "round_costs"
+SNAPSHOT_UPSTREAM_ROWS = "snapshot_upstream_rows"
+"""The state file's rows of each upstream a join snapshot read, beside its `snapshot_seconds`:
+how long a recompute of the join took on this machine."""
+SNAPSHOT_PARALLELISM = "snapshot_parallelism"
 """The state file's list of recent rounds: plan, estimate and seconds (see `observation`)."""
 REFERENCE_PARALLELISM = 2
 """The parallelism the default rates were measured at."""
@@ -106,6 +114,59 @@ def recompute_first(
     return RoundPlan(RECOMPUTE, {RECOMPUTE: recompute}, f"recompute {recompute:.2f} s is below the least an "
                      f"incremental round of about {changes} change rows costs ({estimates[INCREMENTAL]:.2f} s)",
                      estimates[RECOMPUTE])
+
+
+def join_recompute_first(
+    job: BackfillJob, watermark: Mapping[str, int], target: Mapping[str, int], parallelism: int, *,
+    aggregate: bool, prove_key: bool,
+) -> tuple[RoundPlan | None, float]:
+    """For a join round, before any feed is read: a recompute plan when the job asks for one
+    or when recomputing the join saves enough over the least its rounds cost, and that
+    least (estimated now, what the round's duration corrects later under `JOIN_ROUND`).
+
+    The recompute's estimate is corrected by the job's recompute rounds once there are a
+    few, else by its snapshot, which computed the same join (`SNAPSHOT_UPSTREAM_ROWS`):
+    the rates alone, measured on wide `lineitem` rows, overestimate narrow dimension
+    tables. The least incremental round is corrected by the job's own join rounds.
+    """
+    rates = rates_at(parallelism)
+    uris = {upstream.name: upstream.table for upstream in job.upstreams}
+    rows = {name: table_rows(uris[name], version) for name, version in target.items()}
+    changes = sum(estimated_change_rows(uris[name], watermark[name], version, rows[name])
+                  for name, version in target.items() if version > watermark[name])
+    estimates = _join_estimates(rows, changes, rates, aggregate=aggregate, prove_key=prove_key)
+    if job.round_plan == RECOMPUTE:
+        return RoundPlan(RECOMPUTE, {}, "round_plan: recompute", estimates[RECOMPUTE]), estimates[INCREMENTAL]
+    state = job_state.read_state(job.target)
+    learned = corrections(state.get(ROUND_COSTS, []))
+    recompute_correction = learned.get(RECOMPUTE) or _snapshot_correction(state, aggregate, prove_key)
+    incremental = estimates[INCREMENTAL] * learned.get(JOIN_ROUND, 1.0)
+    recompute = estimates[RECOMPUTE] * recompute_correction
+    if job.round_plan != AUTO or not recompute_saves(recompute, incremental):
+        return None, estimates[INCREMENTAL]
+    return RoundPlan(RECOMPUTE, {RECOMPUTE: recompute, INCREMENTAL: incremental},
+                     f"recompute {recompute:.2f} s is below the least a join round of about {changes} change rows "
+                     f"costs ({incremental:.2f} s)", estimates[RECOMPUTE]), estimates[INCREMENTAL]
+
+
+def _join_estimates(rows: Mapping[str, int], changes: int, rates: Rates, *, aggregate: bool,
+                    prove_key: bool) -> dict[str, float]:
+    """The stateless join's key is proved on its output, about as many rows as its largest upstream."""
+    return join_before_the_feed(changes, sum(rows.values()), len(rows), rates, aggregate=aggregate,
+                                proved_rows=max(rows.values(), default=0) if prove_key else 0)
+
+
+def _snapshot_correction(state: Mapping[str, Any], aggregate: bool, prove_key: bool) -> float:
+    """How the join snapshot's measured seconds compare with the recompute estimate for the
+    rows it read at its parallelism (1.0 when the state file does not say: a snapshot
+    resumed from earlier chunks, or one taken before it was recorded)."""
+    rows, seconds = state.get(SNAPSHOT_UPSTREAM_ROWS), state.get("snapshot_seconds")
+    if not isinstance(rows, dict) or not rows or not seconds:
+        return 1.0
+    rates = rates_at(int(state.get(SNAPSHOT_PARALLELISM) or REFERENCE_PARALLELISM))
+    estimate = _join_estimates({str(k): int(v) for k, v in rows.items()}, 0, rates, aggregate=aggregate,
+                               prove_key=prove_key)[RECOMPUTE]
+    return bounded_correction(float(seconds), estimate)
 
 
 def record_round(job: BackfillJob, plan: RoundPlan, seconds: float, epoch: int) -> None:

@@ -16,6 +16,8 @@ from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import is_object_store
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyarrow.fs import FileSystem
@@ -110,6 +112,22 @@ def read_parquet_columns(uri: str, columns: list[str]) -> pa.Table:
         return pq.read_table(uri.removeprefix("file://"), columns=columns)
     filesystem, path = _remote(uri)
     return pq.read_table(path, columns=columns, filesystem=filesystem)
+
+
+def parquet_batches(uri: str, columns: list[str], batch_rows: int, *,
+                    dictionary: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
+    """`columns` of one Parquet file, `batch_rows` rows at a time (`dictionary`: columns read
+    dictionary-encoded), so the driver holds one batch of a large file at once."""
+    import pyarrow.parquet as pq
+
+    options = {"read_dictionary": list(dictionary), "buffer_size": 1 << 20}  # no whole column chunk held
+    if not is_object_store(uri):
+        parquet = pq.ParquetFile(uri.removeprefix("file://"), **options)
+    else:
+        filesystem, path = _remote(uri)
+        parquet = pq.ParquetFile(filesystem.open_input_file(path), **options)
+    with parquet:
+        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
 
 
 def parquet_metadata(uri: str) -> pq.FileMetaData:

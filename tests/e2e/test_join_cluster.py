@@ -23,7 +23,7 @@ QUERY = ("SELECT i.i_order, i.i_line, i.i_qty, o.o_day, c.c_segment FROM items i
 def test_a_join_catches_up_on_the_cluster(spark, tmp_path, spark_cluster):
     tables = create_all(str(tmp_path), seed=51)
     job = {"name": "joined_cluster", "target": str(tmp_path / "mv"), "query": QUERY, "sources": sources(tables),
-           "lag_threshold": 0, "backfill_parallelism": 2, "parallelism": 1}
+           "lag_threshold": 0, "backfill_parallelism": 2, "parallelism": 1, "round_plan": "incremental"}
     run_snapshot(spark, BackfillJob.from_mapping(job))
     rng = random.Random(51)
     for table in tables.values():

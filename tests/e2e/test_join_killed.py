@@ -40,7 +40,7 @@ def test_a_killed_join_snapshot_resumes_at_its_pinned_versions(spark, tmp_path: 
     job_file = tmp_path / "job.yaml"
     job_file.write_text(yaml.safe_dump({
         "name": "joined_e2e", "target": str(tmp_path / "mv"), "query": QUERY, "sources": sources(tables),
-        "backfill_parallelism": 2, "lag_threshold": 0,
+        "backfill_parallelism": 2, "lag_threshold": 0, "round_plan": "incremental",
     }))
     stop = threading.Event()
 

@@ -225,12 +225,14 @@ def _cheapest(estimates: dict[str, float]) -> str:
 
 
 def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, info: CommitInfo,
-                        chosen: RoundPlan) -> int:
-    """Recompute the state from the upstream as of info.epoch and overwrite the state, then
-    the MV, with it (the same order and watermark as an incremental round, so a crash
-    between the two is recovered the same way). Returns the MV's rows."""
+                        chosen: RoundPlan, upstream: DataFrame | None = None) -> int:
+    """Recompute the state from the upstream as of info.epoch (or from `upstream`, the
+    query's `source` rows, as a join's flat relation at its vector) and overwrite the
+    state, then the MV, with it (the same order and watermark as an incremental round, so
+    a crash between the two is recovered the same way). Returns the MV's rows."""
     aggregate = _aggregate(plan)
-    upstream = read_upstream_as_of(spark, job.source, info.epoch)
+    if upstream is None:
+        upstream = read_upstream_as_of(spark, job.source, info.epoch)
     upstream.createOrReplaceTempView("source")
     state_schema = read_state(spark, job, _state_columns(aggregate)).schema
     state = cast_to(spark.sql(sql.state_sql(aggregate)), state_schema)

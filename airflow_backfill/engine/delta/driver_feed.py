@@ -13,12 +13,18 @@ with Arrow. A range whose log shows it is small and of a simple shape is read he
 Anything else (removed data files without change files, deletion vectors on added
 files, partition values or column mapping, more rows than the limit, a column type
 Arrow cannot carry) is left to Spark's reader, which handles every case.
+
+A recompute that proves the upstream's key from the feed asks less of a larger range:
+whether some key gained rows (`key_gained_rows`), from the key columns alone, summed
+file by file: 1.2 M change rows of two integer keys are a few tens of MB, where Spark
+took 2 s to read and shuffle them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -49,6 +55,11 @@ items: an RF1 + RF2 pair at SF 1 is 12 k rows); larger ranges are read by Spark.
 _MAX_CHANGE_BYTES = 64 << 20
 """A range whose change files exceed this size is left to Spark before any footer is
 opened: it bounds what the driver reads, whatever the rows' width."""
+
+KEY_ROWS = 5_000_000
+"""The most change rows whose key columns `key_gained_rows` reads (in batches, keeping only
+the keys whose rows do not cancel out: the deleted keys of a range at most)."""
+_MAX_KEY_CHANGE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,103 @@ def feed_in_driver(
     return HeldFeed(frame, table.num_rows, arriving, upstream)
 
 
+def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence[str]) -> bool | None:
+    """Whether versions (watermark, end_version] leave some `key` with more rows than they
+    found it with (its change rows' signs sum above zero), from the change files' key
+    columns read by the driver; None when the range is not of the shape the driver reads
+    or holds more than `KEY_ROWS` rows (the caller asks Spark).
+
+    The files are read in batches, each summed per key, and only keys whose running sum is
+    not zero are kept: an update's pre-image and post-image cancel, so a range of updates
+    holds next to nothing however many rows it changed."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    check_range_readable(source, watermark, end_version)
+    upstream = _upstream_schema(source, end_version)
+    if upstream is None:
+        return None
+    change_files = _change_files(source, watermark, end_version, KEY_ROWS, max_bytes=_MAX_KEY_CHANGE_BYTES)
+    if change_files is None:
+        return None
+    fields = {field.name: field for field in upstream.fields}
+    try:
+        types = [to_arrow_type(fields[column].dataType) for column in key]
+    except (KeyError, TypeError) as error:
+        log.info("key check left to Spark: %s", error)
+        return None
+    sums = _KeySums(len(key))
+    for change in change_files:
+        wanted = [*key, CHANGE_TYPE] if change.is_cdc else list(key)
+        if set(wanted) - set(files.parquet_metadata(change.uri).schema.names):
+            return None
+        for batch in files.parquet_batches(change.uri, wanted, _KEY_BATCH_ROWS, dictionary=[CHANGE_TYPE]):
+            try:
+                columns = [batch.column(column).cast(kind) for column, kind in zip(key, types, strict=True)]
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return None
+            sums.add(columns, batch.column(CHANGE_TYPE) if change.is_cdc else None)
+    gained = sums.any_gained()
+    log.info("key columns of versions %s..%s read by the driver: %s change rows, %s keys with rows gained or "
+             "lost", watermark + 1, end_version, sum(change.rows for change in change_files), sums.kept)
+    return gained
+
+
+_KEY_BATCH_ROWS = 1 << 12
+"""Rows of a change file read and summed at once: with Arrow's allocator keeping what it
+once held, larger batches raised the driver's peak by 50 - 95 MiB for 1.2 M change rows,
+these by 24 MiB (0.2 s)."""
+
+
+class _KeySums:
+    """Per key, the sum of its change rows' signs, for the keys where it is not zero."""
+
+    _SIGN = "__sign"
+
+    def __init__(self, key_columns: int) -> None:
+        self._names = [f"__key{i}" for i in range(key_columns)]
+        self._parts: list[pa.Table] = []
+        self._part_rows = 0
+        self.kept = 0
+
+    def add(self, columns: list[pa.Array], change_types: pa.Array | None) -> None:
+        """One batch: `change_types` None means every row arrives (an appended file)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if change_types is None:
+            signs = pa.array([1] * len(columns[0]), pa.int64())
+        else:
+            signs = pc.if_else(pc.is_in(change_types.cast(pa.string()), value_set=pa.array(ARRIVING)), 1, -1)
+        self._append(self._summed(pa.table([*columns, signs.cast(pa.int64())], names=[*self._names, self._SIGN])))
+        if self._part_rows > max(4 * _KEY_BATCH_ROWS, 2 * self.kept):  # compacted at most O(log n) times per key
+            self._compact()
+
+    def any_gained(self) -> bool:
+        import pyarrow.compute as pc
+
+        self._compact()
+        return any(bool(pc.any(pc.greater(part.column(self._SIGN), 0)).as_py()) for part in self._parts)
+
+    def _summed(self, table: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        summed = table.group_by(self._names).aggregate([(self._SIGN, "sum")]).rename_columns(
+            [*self._names, self._SIGN])
+        return summed.filter(pc.not_equal(summed.column(self._SIGN), 0))
+
+    def _append(self, part: pa.Table) -> None:
+        self._parts.append(part)
+        self._part_rows += part.num_rows
+
+    def _compact(self) -> None:
+        import pyarrow as pa
+
+        if len(self._parts) > 1:
+            self._parts = [self._summed(pa.concat_tables(self._parts))]
+        self._part_rows = self.kept = sum(part.num_rows for part in self._parts)
+
+
 def _upstream_schema(source: str, end_version: int) -> StructType | None:
     """The upstream's Spark schema as of `end_version` from its Delta metadata (no JVM
     call); None for partition columns or column mapping, whose files do not hold the
@@ -123,16 +231,18 @@ def _upstream_schema(source: str, end_version: int) -> StructType | None:
     return StructType.fromJson(json.loads(table.schema().to_json()))
 
 
-def _change_files(source: str, watermark: int, end_version: int, limit: int) -> list[_ChangeFile] | None:
+def _change_files(source: str, watermark: int, end_version: int, limit: int,
+                  max_bytes: int = _MAX_CHANGE_BYTES) -> list[_ChangeFile] | None:
     """The files each version's change rows are read from, or None when a version has a
-    shape left to Spark or the range holds more than `limit` rows."""
+    shape left to Spark or the range holds more than `limit` rows or `max_bytes` of
+    change files."""
     found: list[_ChangeFile] = []
     change_bytes = 0
     for version in range(watermark + 1, end_version + 1):
         actions = commit_actions(source, version)
         cdc = [action["cdc"] for action in actions if "cdc" in action]
         change_bytes += sum(int(change.get("size") or 0) for change in cdc)
-        if change_bytes > _MAX_CHANGE_BYTES:  # before any footer is opened
+        if change_bytes > max_bytes:  # before any footer is opened
             return None
         if cdc:
             found += [_ChangeFile(uri, version, _parquet_rows(uri), True)

@@ -17,10 +17,11 @@ can; `delta_rule` otherwise) and then:
 
 The keyed changes are written through the keyed writes (`delta/keyed_writes.py`) the
 way the round planner estimates cheapest: append, replace, delete, MERGE or overwrite,
-all of which give the same rows for changes that hold one row per key. A join round
-never recomputes its MV: a recompute reads one upstream (`job.source`), and a join has
-several, so recompute is left out of its estimates (and `round_plan: recompute` is
-refused for a join job). All writes go through `keyed_writes.write`,
+all of which give the same rows for changes that hold one row per key. Before any feed
+is read, the planner may instead recompute the join at the target vector
+(`joins/recompute.py`) when that saves enough over the least a round costs; the keyed
+writes' estimates after the feed leave recompute out (the feeds are paid by then). All
+writes go through `keyed_writes.write`,
 `commit_watermark_only` and the aggregate fold, so a re-run of a committed round is
 skipped by the app transaction (the vector's sum).
 """
@@ -48,6 +49,7 @@ from airflow_backfill.engine.delta.commits import (
 from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
+from airflow_backfill.engine.joins.recompute import recompute_join
 from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri
 from airflow_backfill.engine.joins.watermarks import (
     Vector,
@@ -59,8 +61,8 @@ from airflow_backfill.engine.joins.watermarks import (
 from airflow_backfill.engine.phases.apply import AppliedRange
 from airflow_backfill.engine.phases.changes import SIGN, apply_query
 from airflow_backfill.engine.planning.aggregate_sql import quote
-from airflow_backfill.engine.planning.round_plan import WATERMARK_ONLY, RoundPlan
-from airflow_backfill.engine.round_planner import plan_round, rates_at, record_round
+from airflow_backfill.engine.planning.round_plan import JOIN_ROUND, WATERMARK_ONLY, RoundPlan
+from airflow_backfill.engine.round_planner import join_recompute_first, plan_round, rates_at, record_round
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:
@@ -106,12 +108,20 @@ def apply_join_round(
             check_schema_unchanged(upstream_uri(job, name), watermark[name], version)
     spark.conf.set("spark.sql.shuffle.partitions", str(parallelism))
     info = join_commit_info(job, CommitInfo(phase=phase, epoch=0, parallelism=parallelism, rows=0), target)
+    early, least = join_recompute_first(job, watermark, target, parallelism, aggregate=plan.flat.aggregate is not None,
+                                        prove_key=plan.flat.aggregate is None and job.verify_primary_key)
+    if early is not None:  # no feed is read
+        rows = recompute_join(spark, job, plan, target, info, early)
+        seconds = time.monotonic() - started
+        record_round(job, early, seconds, vector_sum(target))
+        log.info("%s: recomputed at %s (%s MV rows) in %.2fs", phase, target, rows, seconds)
+        return AppliedRange(vector_sum(start), vector_sum(target), 0, rows, seconds, early.label)
     rule = leave_arrive if leave_arrive.applies(plan) and leave_arrive.pays_off(job) else delta_rule
     changes = rule.join_changes(spark, job, plan, watermark, target)
     try:
         if plan.flat.aggregate is not None:
             schema = _flat_struct(spark, job, plan, target)
-            # recompute_at=None: the aggregate's recompute reads one upstream, a join has several
+            # recompute_at=None: a join recomputes before its feeds are read, not once they are
             _, changed, chosen = fold_signed_rows(spark, job, plan.flat, changes.rows, schema, info,
                                                   recompute_at=None, leaving_groups=changes.leaving_groups,
                                                   change_rows=changes.change_rows)
@@ -124,6 +134,7 @@ def apply_join_round(
     change_rows = changes.change_rows
     seconds = time.monotonic() - started
     record_round(job, chosen, recorded, vector_sum(target))
+    record_round(job, RoundPlan(JOIN_ROUND, {}, "", least), seconds, vector_sum(target))
     applied = AppliedRange(vector_sum(start), vector_sum(target), change_rows, changed, seconds, chosen.label)
     log.info("%s: applied %s -> %s (%s change rows, %s MV rows, plan %s) in %.2fs", phase, watermark, target,
              change_rows, changed, applied.plan, applied.seconds)
@@ -139,7 +150,8 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
 
     The plan's estimates cover the MV write only (the delta rule's terms cost the same
     whatever the way), and so does the duration recorded for the job's corrections.
-    Recompute is not among them: a join MV is not recomputed by a round.
+    Recompute is not among them: a join recomputes before its feeds are read, not once
+    they are paid for.
     """
     started = time.monotonic()
     prepared = None
@@ -158,7 +170,7 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
         facts = prepared.facts
         chosen = plan_round(job, prepared.estimates(rates_at(info.parallelism)),
                             f"{info.rows} signed join rows, {keys} MV keys, {facts.touched_rows} of {facts.rows} "
-                            "MV rows in touched files (a join round does not recompute)")
+                            "MV rows in touched files")
         metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
         maybe_crash(info.phase, "after_write")
         written = time.monotonic()

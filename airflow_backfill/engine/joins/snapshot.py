@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import effective_settings, wait_while_paused
 from airflow_backfill.engine.delta.commits import CommitInfo, append
+from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.joins.recompute import repeated_join_key
 from airflow_backfill.engine.joins.relation import flat_rows, flat_schema, reader, walk
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
 from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
-from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
+from airflow_backfill.engine.phases.changes import apply_query
 from airflow_backfill.engine.phases.snapshot import (
     PHASE,
     SnapshotResult,
@@ -59,8 +61,9 @@ from airflow_backfill.engine.phases.snapshot_progress import (
     save_progress,
 )
 from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.round_planner import SNAPSHOT_PARALLELISM, SNAPSHOT_UPSTREAM_ROWS
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
+from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError
 from airflow_backfill.storage.files import exists
 
 if TYPE_CHECKING:
@@ -142,8 +145,12 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
         rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema,
                                     vector_metadata(job, vector), partials=partials)
     seconds = time.monotonic() - started
+    measured = {}
+    if chunks_run == len(chunks):  # the whole join computed by this run: what a recompute costs
+        measured = {SNAPSHOT_UPSTREAM_ROWS: {name: table_rows(u.uri, u.version) for name, u in upstreams.items()},
+                    SNAPSHOT_PARALLELISM: effective_settings(job, parallelism).backfill_parallelism}
     job_state.update_state(job.target, phase=PHASE, snapshot_epoch=vector_sum(vector), snapshot_epochs=vector,
-                           snapshot_rows=rows_out, snapshot_seconds=round(seconds, 3))
+                           snapshot_rows=rows_out, snapshot_seconds=round(seconds, 3), **measured)
     log.info("snapshot done: %s rows at versions %s in %.1fs", rows_out, vector, seconds)
     return SnapshotResult(vector_sum(vector), rows_out, False, seconds, chunks_run)
 
@@ -249,16 +256,13 @@ def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector:
 def _refuse_repeated_key(job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int], keys: DataFrame) -> None:
     """Raise when `keys` (the MV key columns of the join's rows) hold a key twice, after
     removing the chunks written so far and the snapshot's progress."""
-    duplicate = duplicate_key(keys, plan.mv_key)
-    if duplicate is None:
+    repeated = repeated_join_key(job, plan, vector, keys)
+    if repeated is None:
         return
     if exists(job.target):
         discard_uncreated_mv(job.target)
     discard_progress(job.target)
-    key, count = duplicate
-    held = ", ".join(f"{column}={value}" for column, value in key.items())
-    raise RepeatedKeyError(list(plan.mv_key), ", ".join(u.table for u in job.upstreams),
-                           f"the join holds MV key {held} {count} times at versions {dict(vector)}")
+    raise repeated
 
 
 def chunk_source(spark: SparkSession, plan: JoinPlan, read: Reader, info: UpstreamInfo, chunk: Chunk,

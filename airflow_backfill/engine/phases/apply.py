@@ -38,7 +38,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
     repeated_key_named,
 )
-from airflow_backfill.engine.delta.driver_feed import feed_in_driver
+from airflow_backfill.engine.delta.driver_feed import feed_in_driver, key_gained_rows
 from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, held_in_driver
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
@@ -336,8 +336,8 @@ def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     from pyspark.sql import functions as F
 
     key = list(plan.upstream_key)
-    if not range_inserts_rows(job.source, watermark, version) and not some_key_gained_rows(
-            read_change_feed(spark, job.source, watermark, version, key), key):
+    if not range_inserts_rows(job.source, watermark, version) and not _key_gained_rows(
+            spark, job.source, watermark, version, key):
         log.info("epochs %s..%s inserted no row and moved none to another key: the upstream's key stays unique",
                  watermark + 1, version)
         return
@@ -345,6 +345,15 @@ def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     duplicate = duplicate_key(keys, key)
     if duplicate is not None:
         raise RepeatedKeyError(list(job.primary_key), job.source, held_times(*duplicate, version))
+
+
+def _key_gained_rows(spark: SparkSession, source: str, watermark: int, version: int, key: list[str]) -> bool:
+    """Whether the range leaves some key with more rows than it found: from the change files'
+    key columns read by the driver when it can, else by Spark."""
+    gained = key_gained_rows(source, watermark, version, key)
+    if gained is None:
+        gained = some_key_gained_rows(read_change_feed(spark, source, watermark, version, key), key)
+    return gained
 
 
 def _refuse_arrived_in_mv(

@@ -38,6 +38,9 @@ WRITES = (APPEND, REPLACE, DELETE, MERGE, OVERWRITE)
 """The ways to write keyed changes into one table (the MV, or an aggregate's state)."""
 
 WATERMARK_ONLY = "watermark only"
+JOIN_ROUND = "join round"
+"""The name a join's whole incremental rounds are remembered under, against the least
+`join_before_the_feed` estimated for them: not a plan anyone picks."""
 """A round whose epochs changed no row the query reads: it only moves the watermark."""
 
 AUTO, INCREMENTAL = "auto", "incremental"
@@ -98,6 +101,10 @@ class Rates:
     per_feed_key_row: float = 1.4e-6
     """Netting a change row's key columns instead, when the range inserted no row (1.2 M change
     rows: 2.0 s at SF 1)."""
+    join_fixed_per_table: float = 1.5
+    """The least a join round costs per upstream beyond its writes: each table's feed read and
+    netted, and the walks that join the changes of one side with the others (TPC-H Q3's rounds
+    over three upstreams took 5.8 - 6.4 s at SF 1 and 8.1 - 11.5 s at SF 10)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +227,21 @@ def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggre
     return {INCREMENTAL: least, RECOMPUTE: recompute}
 
 
+def join_before_the_feed(change_rows: int, upstream_rows: int, tables: int, rates: Rates, *, aggregate: bool,
+                         proved_rows: int) -> dict[str, float]:
+    """What a join round knows before it reads its feeds: the least its delta rule and
+    writes could cost for `change_rows` (guessed from the change files' bytes) over
+    `tables` upstreams, and a recompute of the join over the upstreams' `upstream_rows`
+    (with its MV key proved over `proved_rows` output rows, 0 when not proved)."""
+    writes = 2 if aggregate else 1
+    least = (tables * rates.join_fixed_per_table + change_rows * rates.per_change_row
+             + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0))
+    recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
+    if proved_rows:
+        recompute += rates.prove_fixed + proved_rows * rates.per_proved_row
+    return {INCREMENTAL: least, RECOMPUTE: recompute}
+
+
 def corrections(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """Per plan that ran at least a few times, how much longer than estimated its recent
     rounds took (median ratio of the last few, bounded), from the observations the job's
@@ -264,6 +286,12 @@ def allowed_mv_ways(estimates: Mapping[str, float], requested: str) -> dict[str,
     if requested != MERGE:
         return dict(estimates)
     return {way: seconds for way, seconds in estimates.items() if way in FEED_FOR_EVERY_READER}
+
+
+def bounded_correction(seconds: float, estimate: float) -> float:
+    """One measurement's correction of an estimate, within the bounds every correction keeps."""
+    low, high = _CORRECTION_BOUNDS
+    return min(high, max(low, seconds / estimate))
 
 
 def recompute_saves(recompute: float, incremental: float) -> bool:
