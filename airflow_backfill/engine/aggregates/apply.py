@@ -36,7 +36,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import held_in_driver
+from airflow_backfill.engine.delta.driver_rows import held_in_driver, is_local
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_files import read_table
@@ -162,8 +162,11 @@ def fold_signed_rows(
     if not change_rows:
         _commit_watermarks_only(spark, job, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
-    rows = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch,
-                          leaving_groups=leaving_groups).cache()
+    touched = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch, leaving_groups=leaving_groups)
+    # Changes the driver holds fold in a moment: their touched groups are collected straight
+    # away, with no cache to plan, and folded again in Spark only if there are too many.
+    held = held_in_driver(touched) if is_local(signed) else None
+    rows = held if held is not None else touched.cache()
     try:
         return (change_rows,
                 *commit_round(spark, job, plan, aggregate, rows, replace(info, rows=change_rows),
@@ -183,7 +186,8 @@ def commit_round(
     join's upstreams are). Returns (MV rows changed, the plan)."""
     from pyspark.sql import functions as F
 
-    rows = held_in_driver(rows) or rows  # the checks and both writes' plans below then run no job
+    if not is_local(rows):
+        rows = held_in_driver(rows) or rows  # the checks and both writes' plans below then run no job
     if not rows.filter(F.col(sql.ROWS) < 0).limit(1).isEmpty():
         raise TargetError(
             f"the aggregate state of MV {job.target} went negative for some group: the state does not "

@@ -175,11 +175,17 @@ def repeated_key_named(error: Exception) -> str | None:
 
 def conform(changes: DataFrame, target: StructType) -> DataFrame:
     """`changes` with the target's columns cast to the target's types (a write never widens
-    them), plus `__present` and `__arrived` when `changes` has them."""
+    them), plus `__present` and `__arrived` when `changes` has them. Columns already of
+    the target's name and type are not cast: each cast is a few milliseconds of py4j."""
     from pyspark.sql import functions as F
 
-    extra = [F.col(column) for column in (PRESENT, ARRIVED) if column in changes.columns]
-    return changes.select(*(F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields), *extra)
+    have = {field.name: field.dataType for field in changes.schema.fields}
+    extra = [column for column in (PRESENT, ARRIVED) if column in have]
+    if list(have) == [*target.names, *extra] and all(have[f.name] == f.dataType for f in target.fields):
+        return changes
+    return changes.select(*(F.col(_quote(f.name)) if have.get(f.name) == f.dataType
+                            else F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields),
+                          *(F.col(column) for column in extra))
 
 
 def merge_changes(

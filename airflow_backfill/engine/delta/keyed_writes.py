@@ -49,7 +49,7 @@ from airflow_backfill.engine.delta.key_range import (
     rows_in_range,
     table_key_max,
 )
-from airflow_backfill.engine.delta.listed_files import read_table
+from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
@@ -203,7 +203,9 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
     if not all(isinstance(field.dataType, (BooleanType, DateType, DecimalType, IntegralType, StringType))
                for field in key_fields):
         return None
-    table = arrow_rows(current)
+    table = listed_rows(spark, prepared.uri, prepared.table_version, current.schema)
+    if table is None:
+        table = arrow_rows(current)
     if table is None:
         return None
     changed = {key for key in (tuple(row) for row in prepared.frame.select(*prepared.key).collect())  # no job
