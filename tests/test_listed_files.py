@@ -118,3 +118,24 @@ def test_tables_whose_checksum_lists_no_files_and_other_columns_go_through_delta
     write_with_watermark(swapped, few, mode=OVERWRITE, options={}, app_id=APP, version=1, user_metadata="{}")
     assert _rows(read_table(spark, few)) == [(7, "z")]
     assert listed_overwrites == []
+
+
+def test_a_small_tables_rows_read_by_the_driver_are_sparks(spark, tmp_path):
+    from airflow_backfill.engine.delta.listed_files import listed_rows
+
+    uri = str(tmp_path / "typed")
+    rows = spark.sql(
+        "SELECT id AS k, CAST(id * 1.5 AS DECIMAL(12,2)) AS d, DATE_ADD(DATE '2024-02-27', CAST(id AS INT)) AS day, "
+        "TIMESTAMP '2024-03-31 01:30:00' + MAKE_INTERVAL(0, 0, 0, 0, id, 0, 0) AS at, "
+        "IF(id = 2, NULL, CONCAT('v', id)) AS s FROM range(5)")
+    writer = rows.repartition(2).write.format("delta")
+    for key, value in TABLE_PROPERTIES.items():
+        writer = writer.option(key, value)
+    writer.save(uri)
+    current = read_table(spark, uri)
+    held = listed_rows(spark, uri, 0, current.schema)
+    assert held is not None and held.sort_by("k").equals(current.toArrow().sort_by("k"))
+    assert listed_rows(spark, uri, 0, current.select("s", "k").schema).column_names == ["s", "k"]
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 3")  # a deletion vector: left to Spark
+    assert listed_rows(spark, uri, 1, read_table(spark, uri).schema) is None
+    assert listed_rows(spark, uri, 0, current.schema) is None  # not the latest version

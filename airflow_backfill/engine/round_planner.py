@@ -42,11 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ROUND_COSTS = "round_costs"
-SNAPSHOT_UPSTREAM_ROWS = "snapshot_upstream_rows"
-"""The state file's rows of each upstream a join snapshot read, beside its `snapshot_seconds`:
-how long a recompute of the join took on this machine."""
-SNAPSHOT_PARALLELISM = "snapshot_parallelism"
 """The state file's list of recent rounds: plan, estimate and seconds (see `observation`)."""
+SNAPSHOT_UPSTREAM_ROWS, SNAPSHOT_PARALLELISM = "snapshot_upstream_rows", "snapshot_parallelism"
+"""The state file's rows of each upstream a join snapshot read and its parallelism, beside
+its `snapshot_seconds`: how long a recompute of the join took on this machine."""
 REFERENCE_PARALLELISM = 2
 """The parallelism the default rates were measured at."""
 

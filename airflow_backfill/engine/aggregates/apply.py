@@ -36,7 +36,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import held_in_driver, is_local
+from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, held_in_driver, is_local
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_files import read_table
@@ -163,9 +163,10 @@ def fold_signed_rows(
         _commit_watermarks_only(spark, job, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
     touched = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch, leaving_groups=leaving_groups)
-    # Changes the driver holds fold in a moment: their touched groups are collected straight
-    # away, with no cache to plan, and folded again in Spark only if there are too many.
-    held = held_in_driver(touched) if is_local(signed) else None
+    # Changes the driver holds, folded into a small state, take a moment: their touched groups
+    # are collected straight away, with no cache to plan (folded again only if too many).
+    small = is_local(signed) and table_rows(state_uri(job.target)) <= DRIVER_ROWS
+    held = held_in_driver(touched) if small else None
     rows = held if held is not None else touched.cache()
     try:
         return (change_rows,
