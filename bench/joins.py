@@ -143,7 +143,7 @@ def refresh_section(spark: Any, tables: tpch.TpchTables, work: str, repeats: int
     tpch.insert_new_orders(tables, seed)
     tpch.delete_old_orders(tables, seed)
     run_catch_up(spark, job)  # unmeasured: the first round of this size compiles its code paths
-    pairs = []
+    pairs: list[dict[str, Any]] = []
     for run in range(repeats):
         rf1 = tpch.insert_new_orders(tables, seed)
         rf2 = tpch.delete_old_orders(tables, seed)

@@ -1,6 +1,7 @@
 """A join MV recomputed at its round's vector instead of applying the round's changes:
 every MV commit still equals the query over each upstream as of its recorded version,
-kills at the recompute's fault points are recovered, a repeated MV key is refused before
+kills at the recompute's fault points are recovered (between an aggregate's state and MV
+commits too: tests/test_join_recovery.py), a repeated MV key is refused before
 anything is written, and `auto` chooses it only when the join's snapshot says it is
 cheaper than the least a round of its changes costs."""
 
@@ -13,10 +14,9 @@ import pytest
 from deltalake import write_deltalake
 from helpers_delta import mv_commits
 from join_upstreams import create_all, random_epoch
-from test_join_recovery import AGGREGATE, STATELESS, Killed, kill_at, uris
+from test_join_recovery import STATELESS, killed_at_each_point_then_rerun, uris
 from test_joins import join_job, run_scenario
 
-import airflow_backfill.engine.aggregates.apply as aggregate_apply
 import airflow_backfill.engine.joins.recompute as recompute_module
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.key_range import table_rows
@@ -46,37 +46,13 @@ def test_a_recompute_killed_at_each_fault_point_is_redone_once(spark, tmp_path, 
     rng = random.Random(31)
     job = join_job(tables, str(tmp_path / "mv"), STATELESS, round_plan="recompute")
     run_snapshot(spark, job)
-    for point in ("after_write", "after_commit"):
-        random_epoch(tables["orders"], rng)
-        random_epoch(tables["items"], rng)
-        kill_at(monkeypatch, recompute_module, point)
-        with pytest.raises(Killed):
-            run_catch_up(spark, job)
-        monkeypatch.undo()
-        run_catch_up(spark, job)
+    killed_at_each_point_then_rerun(spark, job, tables, rng, monkeypatch, recompute_module,
+                                    lambda: run_catch_up(spark, job))
     phases = [commit["airflow_backfill.phase"] for commit in mv_commits(job.target)]
     assert phases == ["snapshot", "catch_up", "catch_up"], "a killed recompute was lost or committed twice"
     vectors = assert_every_join_commit_matches(uris(tables), job.target, STATELESS, job.app_id,
                                                key=["i_order", "i_line"])
     assert vectors[-1] == {name: table.version() for name, table in tables.items()}
-
-
-@pytest.mark.spark
-def test_an_aggregate_recompute_killed_between_its_state_and_mv_commits(spark, tmp_path, monkeypatch):
-    tables = create_all(str(tmp_path), seed=32, names=("orders", "items"))
-    rng = random.Random(32)
-    job = join_job(tables, str(tmp_path / "mv"), AGGREGATE, round_plan="recompute")
-    run_snapshot(spark, job)
-    random_epoch(tables["orders"], rng)
-    random_epoch(tables["items"], rng)
-    kill_at(monkeypatch, aggregate_apply, "after_state_commit")
-    with pytest.raises(Killed):
-        run_catch_up(spark, job)
-    monkeypatch.undo()
-    run_catch_up(spark, job)  # the MV is brought to the state's vector
-    assert [c.get("airflow_backfill.recovered_from_state") for c in mv_commits(job.target)] == [None, "true"]
-    vectors = assert_every_join_commit_matches(uris(tables), job.target, AGGREGATE, job.app_id, key=["o_cust"])
-    assert vectors[-1] == {"orders": 1, "items": 1}
 
 
 @pytest.mark.spark

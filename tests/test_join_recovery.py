@@ -52,11 +52,24 @@ def kill_at(monkeypatch, module, point: str) -> None:
     monkeypatch.setattr(module, "maybe_crash", crash)
 
 
-def join_job(tables, target: str, query: str) -> BackfillJob:
-    """Rounds that apply their changes: under `auto` tables this small are recomputed
-    (tests/test_join_recompute.py kills those)."""
+def killed_at_each_point_then_rerun(spark, job, tables, rng, monkeypatch, module, rerun) -> None:
+    """Per fault point of a round's write: new epochs on `orders` and `items`, a catch-up
+    killed at that point of `module`, then `rerun()`."""
+    for point in ("after_write", "after_commit"):
+        random_epoch(tables["orders"], rng)
+        random_epoch(tables["items"], rng)
+        kill_at(monkeypatch, module, point)
+        with pytest.raises(Killed):
+            run_catch_up(spark, job)
+        monkeypatch.undo()
+        rerun()
+
+
+def join_job(tables, target: str, query: str, round_plan: str = "incremental") -> BackfillJob:
+    """Rounds that apply their changes unless asked otherwise: under `auto` tables this small
+    are recomputed (tests/test_join_recompute.py)."""
     return BackfillJob(name="joined", target=target, query=query, sources=sources(tables), lag_threshold=0,
-                       poll_interval=0.05, backfill_parallelism=2, parallelism=1, round_plan="incremental")
+                       poll_interval=0.05, backfill_parallelism=2, parallelism=1, round_plan=round_plan)
 
 
 def uris(tables) -> dict[str, str]:
@@ -82,15 +95,11 @@ def test_a_killed_join_resumes_at_every_fault_point(spark, tmp_path, monkeypatch
     resumed = run_snapshot(spark, job, chunk_bytes=1)
     assert resumed.chunks_run == 0 and not resumed.skipped
 
-    for point in ("after_write", "after_commit"):
-        random_epoch(tables["orders"], rng)
-        random_epoch(tables["items"], rng)
-        kill_at(monkeypatch, join_apply, point)
-        with pytest.raises(Killed):
-            run_catch_up(spark, job)
-        monkeypatch.undo()
-        random_epoch(tables["customer"], rng)  # the rerun finds more: forward applies both
+    def forward_more() -> None:  # the rerun finds more: forward applies both
+        random_epoch(tables["customer"], rng)
         run_forward(spark, job, bounds=ForwardBounds(max_epochs=1, idle_timeout=5))
+
+    killed_at_each_point_then_rerun(spark, job, tables, rng, monkeypatch, join_apply, forward_more)
 
     vectors = assert_every_join_commit_matches(uris(tables), job.target, STATELESS, job.app_id,
                                                key=["i_order", "i_line"])
@@ -99,10 +108,11 @@ def test_a_killed_join_resumes_at_every_fault_point(spark, tmp_path, monkeypatch
     assert vectors[-1] == {name: table.version() for name, table in tables.items()}
 
 
-def test_an_aggregate_join_killed_between_its_state_and_mv_commits(spark, tmp_path, monkeypatch):
+@pytest.mark.parametrize("round_plan", ["incremental", "recompute"])
+def test_an_aggregate_join_killed_between_its_state_and_mv_commits(spark, tmp_path, monkeypatch, round_plan):
     tables = create_all(str(tmp_path), seed=22, names=("orders", "items"))
     rng = random.Random(22)
-    job = join_job(tables, str(tmp_path / "mv"), AGGREGATE)
+    job = join_job(tables, str(tmp_path / "mv"), AGGREGATE, round_plan)
     run_snapshot(spark, job)
     random_epoch(tables["orders"], rng)
     random_epoch(tables["items"], rng)
