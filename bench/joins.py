@@ -20,9 +20,10 @@ side by side in that session, for each MV:
    versions (a snapshot into a new target); one unmeasured pair first, then `--repeats`
    pairs; ratio of the medians, and against the plain Spark job of section 1 at the same
    versions. Delta's cached table states are dropped before each measured side: the
-   first side to read a new version would otherwise rebuild its state for the others. `--round-plan` sets the MVs' `round_plan` (auto by default, which recomputes
-   when the job's snapshot says that beats the least a round costs; incremental to measure
-   the rounds that apply their changes).
+   first side to read a new version would otherwise rebuild its state for the others.
+   `--round-plan` sets the MVs' `round_plan` (auto by default, which recomputes when the
+   job's snapshot says that beats the least a round costs; incremental to measure the
+   rounds that apply their changes).
 
 Prints the figures and writes them to the JSON file (docs/benchmarks.md, "Joins").
 """
