@@ -33,6 +33,8 @@ from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -96,9 +98,7 @@ def listed_rows(spark: SparkSession, uri: str, version: int, schema: StructType)
     except (PySparkException, TypeError):
         return None
     parts = []
-    iterator = listed.iterator()
-    while iterator.hasNext():
-        added = iterator.next()
+    for added in scala_items(listed):
         if added.deletionVector() is not None:
             return None
         path = unquote(added.path())
@@ -110,3 +110,10 @@ def listed_rows(spark: SparkSession, uri: str, version: int, schema: StructType)
             log.info("rows of %s left to Spark: %s", uri, error)
             return None
     return pa.concat_tables(parts) if parts else target.empty_table()
+
+
+def scala_items(sequence: Any) -> Iterator[Any]:
+    """The items of a Scala collection reached through py4j (a `Seq[AddFile]`, say)."""
+    iterator = sequence.iterator()
+    while iterator.hasNext():
+        yield iterator.next()

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.listed_files import listed_files
+from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
 from airflow_backfill.engine.delta.log import load_table
 
 if TYPE_CHECKING:
@@ -110,10 +110,10 @@ def _overwrite_listed(jvm: Any, transaction: Any, frame: DataFrame, files: Any) 
     Delta's own overwrite."""
     transaction.readWholeTable()
     actions = jvm.java.util.ArrayList()
-    for added in _iterate(transaction.writeFiles(frame._jdf)):
+    for added in scala_items(transaction.writeFiles(frame._jdf)):
         actions.add(added)
     now = int(time.time() * 1000)
-    for live in _iterate(files):
+    for live in scala_items(files):
         actions.add(live.removeWithTimestamp(now, True))
     return jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
 
@@ -125,12 +125,6 @@ def _same_columns(frame: DataFrame, snapshot: Any) -> bool:
 
     table = StructType.fromJson(json.loads(snapshot.schema().json()))
     return [(f.name, f.dataType) for f in frame.schema.fields] == [(f.name, f.dataType) for f in table.fields]
-
-
-def _iterate(sequence: Any) -> Iterator[Any]:
-    iterator = sequence.iterator()
-    while iterator.hasNext():
-        yield iterator.next()
 
 
 def _scala_map(jvm: Any, values: Mapping[str, str]) -> Any:
