@@ -209,8 +209,8 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
     """Catch-up of 10%, 1% and 0.1% updated rows against recomputing the MV from scratch;
     the driver's Python memory of each catch-up too (it must not grow with the change).
     Then 1% of the rows again, those of the newest orders: changes clustered by key, whose
-    key range bounds the round's MERGE; then a single updated row. `--quick` measures 1%
-    and the single row."""
+    key range bounds the round's MERGE; then a single updated row. Each case runs
+    `repeats` times (medians). `--quick` measures 1% and the single row."""
     from airflow_backfill.engine.phases.snapshot import run_snapshot
 
     job = _long_lived_job(settings)
@@ -221,11 +221,33 @@ def catch_up_cost(spark: SparkSession, settings: SectionSettings) -> dict[str, A
     warm_up_apply(spark, settings, job)
     warm_up_plain(spark, settings, "stateless")
     for share in (0.01,) if settings.quick else (0.1, 0.01, 0.001):
-        result["shares"][str(share)] = _catch_up_case(spark, settings, job, share)
+        result["shares"][str(share)] = _repeated_case(spark, settings, job, share)
     if not settings.quick:
-        result["newest"] = {"share": NEWEST_SHARE, **_catch_up_case(spark, settings, job, NEWEST_SHARE, newest=True)}
-    result["one_row"] = _catch_up_case(spark, settings, job, ONE_ROW_SHARE)
+        result["newest"] = {"share": NEWEST_SHARE, **_repeated_case(spark, settings, job, NEWEST_SHARE, newest=True)}
+    result["one_row"] = _repeated_case(spark, settings, job, ONE_ROW_SHARE)
     return result
+
+
+def _repeated_case(
+    spark: SparkSession, settings: SectionSettings, job: Any, share: float, *, newest: bool = False,
+) -> dict[str, Any]:
+    """`repeats` runs of one catch-up case, each on a fresh update: the median of each
+    time (the speed-ups are those of the medians), the highest of each memory peak, every
+    run's plans, and every run as measured under `runs`."""
+    runs = [_catch_up_case(spark, settings, job, share, newest=newest) for _ in range(settings.repeats)]
+    first = runs[0]
+    timed = {name: round(median([run[name] for run in runs]), 3)
+             for name in ("catch_up_s", "plain_s", "recompute_s", "upstream_merge_s")}
+    peaks = {name: max((run[name] for run in runs if run[name] is not None), default=None)
+             for name in ("catch_up_peak_rss_mib", "driver_python_peak_mib", "jvm_peak_mib")}
+    return {
+        **first, **timed, **peaks,
+        "plans": [plan for run in runs for plan in run["plans"]],
+        "speedup": round(timed["plain_s"] / timed["catch_up_s"], 3),
+        "speedup_vs_snapshot": round(timed["recompute_s"] / timed["catch_up_s"], 3),
+        "floor_s": {part: round(median([run["floor_s"][part] for run in runs]), 3) for part in first["floor_s"]},
+        "runs": runs,
+    }
 
 
 NEWEST_SHARE = 0.01

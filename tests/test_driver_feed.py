@@ -8,7 +8,7 @@ import pytest
 
 from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, read_change_feed
 from airflow_backfill.engine.delta.commits import DELETION_VECTORS_PROPERTY, TABLE_PROPERTIES
-from airflow_backfill.engine.delta.driver_feed import feed_in_driver
+from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range, feed_in_driver
 from airflow_backfill.engine.delta.driver_rows import is_local
 from airflow_backfill.exceptions import UpstreamError
 
@@ -122,3 +122,19 @@ def test_key_sums_carry_a_key_across_batches_and_compactions():
     assert sums.any_gained()
     sums.add([pa.array([5], pa.int64())], pa.array(["update_preimage"]))  # back to 0: dropped
     assert not sums.any_gained() and sums.kept == 3 * batch - 1
+
+
+def test_the_change_files_key_range_is_the_change_rows_range(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _create(spark, uri, deletion_vectors=False)
+    spark.sql(f"UPDATE delta.`{uri}` SET s = 'updated' WHERE k IN (3, 11)")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 16")
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (100, 1.50, NULL, NULL, NULL, NULL)")  # an append: no change files
+    feed = _spark_feed(spark, uri, 0, 2, None)
+    for column in ("k", "day"):
+        low, high = feed.agg({column: "min"}).first()[0], feed.agg({column: "max"}).first()[0]
+        assert change_key_range(uri, 0, 2, column) == ChangeKeyRange(low, high, False, feed.count())
+    assert change_key_range(uri, 0, 3, "k") is None  # version 3 wrote no change files
+    assert change_key_range(uri, 0, 2, "no_such_column") is None
+    spark.sql(f"UPDATE delta.`{uri}` SET s = 'again' WHERE k = 100")
+    assert change_key_range(uri, 3, 4, "at") == ChangeKeyRange(None, None, True, 2)  # only NULLs

@@ -56,9 +56,9 @@ def test_the_plan_follows_the_size_and_spread_of_the_change():
     assert cheapest(facts(6_000, MV_ROWS, kept=0)) == DELETE  # the line items of deleted orders
     assert cheapest(facts(1, 6_000)) == REPLACE  # one row, its key range in one file
     assert cheapest(facts(12_000, 0, new_keys_only=True)) == APPEND
-    # 10 % of the rows updated, once the feed is read: replacing them still beats reading
-    # the upstream again (a round that large recomputes before reading its feed, below)
-    assert cheapest(facts(1_200_000, MV_ROWS)) == REPLACE
+    # 10 % of the rows updated: even once the feed is read, finding and marking 1.2 M keys
+    # costs more than reading the upstream again (such a round recomputes before its feed)
+    assert cheapest(facts(1_200_000, MV_ROWS)) == RECOMPUTE
     assert cheapest(facts(1_200_000, MV_ROWS, kept=0.5)) == RECOMPUTE  # updates and deletes: no replace
     # Updates and deletes together, clustered in a few files: a merge of those files.
     assert cheapest(facts(30_000, 400_000, kept=0.5)) == MERGE
@@ -72,6 +72,26 @@ def test_a_large_change_recomputes_before_its_feed_is_read(prove_key):
     assert not recompute_saves(small[RECOMPUTE], small[INCREMENTAL])
     unproved = before_the_feed(1_200_000, MV_ROWS, Rates(), aggregate=False, prove_key=False)
     assert large[RECOMPUTE] >= unproved[RECOMPUTE]
+
+
+def test_a_range_without_inserts_counts_the_keys_it_must_find_before_its_feed():
+    """1 % of the line items updated (120 k change rows): over the whole MV, finding their
+    keys costs more than a recompute; in a few files, or with no file to search, it does not."""
+    scattered = TableFacts(rows=MV_ROWS, touched_rows=MV_ROWS)
+    clustered = TableFacts(rows=MV_ROWS, touched_rows=60_000)
+    above = TableFacts(rows=MV_ROWS, touched_rows=0, new_keys_only=True)
+
+    def recomputes(located: TableFacts | None) -> bool:
+        estimates = before_the_feed(120_000, MV_ROWS, Rates(), aggregate=False, prove_key=True, inserts=False,
+                                    located=located)
+        return recompute_saves(estimates[RECOMPUTE], estimates[INCREMENTAL])
+
+    assert recomputes(scattered)
+    assert not recomputes(clustered)
+    assert not recomputes(above)
+    assert not recomputes(None)  # nothing known of the keys: the least writes nothing
+    aggregate = before_the_feed(120_000, MV_ROWS, Rates(), aggregate=True, prove_key=False, located=scattered)
+    assert not recompute_saves(aggregate[RECOMPUTE], aggregate[INCREMENTAL])  # its writes find no MV key
 
 
 def test_a_small_table_is_overwritten():

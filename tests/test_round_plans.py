@@ -13,11 +13,12 @@ from aggregate_upstream import apply_epoch, create, random_ops
 from deltalake import DeltaTable
 from helpers_delta import append_orders, cycle_write_ways, mv_commits, round_plans
 
-from airflow_backfill.engine import job_state
+from airflow_backfill.engine import job_state, round_planner
 from airflow_backfill.engine.aggregates import apply as aggregate_apply
 from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.planning.round_plan import Rates
 from airflow_backfill.engine.round_planner import ROUND_COSTS
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.job import BackfillJob
@@ -190,3 +191,28 @@ def test_a_recompute_proves_the_key_from_the_feed_when_the_range_inserted_no_row
         run_catch_up(spark, job)
     assert counted  # the key that gained a row made the round count the upstream's keys
     assert len(mv_commits(job.target)) == 2
+
+
+def test_updates_over_the_whole_mv_recompute_before_their_feed_is_read(spark, tables, monkeypatch):
+    """A range of updates must find its keys in the MV's files that the change files' key
+    range meets (all of them here): when that costs more than a recompute, the round
+    recomputes without reading its feed. A range that inserts rows may be an append, so
+    it reads its feed before it chooses."""
+    source = tables["source"]
+    create_orders_table(source, rows=300, seed=31)
+    job = orders_job(tables)
+    run_snapshot(spark, job)
+    monkeypatch.setattr(round_planner, "rates_at", lambda parallelism: Rates(per_scanned_row=0.1))
+    feeds: list = []
+    read_feed = apply.feed_in_driver
+    monkeypatch.setattr(apply, "feed_in_driver",
+                        lambda *args, **kwargs: feeds.append(args) or read_feed(*args, **kwargs))
+    DeltaTable(source).update(updates={"amount": "amount + 1"}, predicate="order_id % 7 = 0")
+
+    run_catch_up(spark, job)
+
+    assert feeds == [] and round_plans(job.target) == ["recompute"]
+    commit_epoch(source, random.Random(31), inserts=5, updates=5, deletes=0)
+    run_catch_up(spark, job)
+    assert len(feeds) == 1
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 3

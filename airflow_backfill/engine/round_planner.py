@@ -8,6 +8,7 @@ by how far its recent rounds were off. The job's `round_plan` can pin the choice
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
@@ -15,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.change_feed import change_bytes, range_inserts_rows
-from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range
+from airflow_backfill.engine.delta.key_range import (
+    KeyRange,
+    all_above,
+    rows_in_range,
+    table_key_max,
+    table_rows,
+)
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.round_plan import (
     AUTO,
@@ -26,6 +34,7 @@ from airflow_backfill.engine.planning.round_plan import (
     Rates,
     RoundFacts,
     RoundPlan,
+    TableFacts,
     before_the_feed,
     bounded_correction,
     choose,
@@ -94,9 +103,13 @@ def describe(facts: RoundFacts) -> str:
 
 def recompute_first(
     job: BackfillJob, watermark: int, end_version: int, parallelism: int, *, aggregate: bool = False,
+    keys: tuple[str, str] | None = None,
 ) -> RoundPlan | None:
     """A recompute plan when it wins before any change row is read: the job asks for it,
-    or even a round whose writes cost nothing would cost more than recomputing.
+    or even the least an incremental round could cost is more than recomputing. For a
+    stateless MV, `keys` names the leading key column in the upstream and in the MV: a
+    range that inserts no row must then find its keys in the MV's files that the change
+    files' key range meets, and the least counts them.
     None: read the feed, then plan with what it holds."""
     if job.round_plan == RECOMPUTE:
         return RoundPlan(RECOMPUTE, {}, "round_plan: recompute")
@@ -105,14 +118,36 @@ def recompute_first(
     rows = table_rows(job.source, end_version)
     changes = estimated_change_rows(job.source, watermark, end_version, rows)
     prove_key = job.verify_primary_key and not aggregate
+    inserts = (prove_key or keys is not None) and range_inserts_rows(job.source, watermark, end_version)
+    located = None
+    if keys is not None and not inserts:
+        changed = change_key_range(job.source, watermark, end_version, keys[0])
+        if changed is not None:
+            changes, located = changed.rows, mv_files_to_search(job.target, keys[1], changed)
     estimates = before_the_feed(changes, rows, rates_at(parallelism), aggregate=aggregate, prove_key=prove_key,
-                                inserts=prove_key and range_inserts_rows(job.source, watermark, end_version))
+                                inserts=inserts, located=located)
     recompute = estimates[RECOMPUTE] * job_corrections(job).get(RECOMPUTE, 1.0)
     if not recompute_saves(recompute, estimates[INCREMENTAL]):
         return None
     return RoundPlan(RECOMPUTE, {RECOMPUTE: recompute}, f"recompute {recompute:.2f} s is below the least an "
                      f"incremental round of about {changes} change rows costs ({estimates[INCREMENTAL]:.2f} s)",
                      estimates[RECOMPUTE])
+
+
+def mv_files_to_search(target: str, column: str, changed: ChangeKeyRange) -> TableFacts | None:
+    """The MV's rows and those of its files whose range of `column` meets the `changed`
+    range (from the MV's log: no data read), or None when the key is not integral or a
+    date, the types whose statistics are exact."""
+    if not all(value is None or _exact_statistic(value) for value in (changed.low, changed.high)):
+        return None
+    keys = KeyRange(column, changed.low, changed.high, changed.has_nulls, present_rows=0)
+    total, touched = rows_in_range(target, column, keys)
+    return TableFacts(total, touched, new_keys_only=all_above(keys, table_key_max(target, column)))
+
+
+def _exact_statistic(value: Any) -> bool:
+    """Integers and dates: their file statistics are exact (timestamps shift with zones)."""
+    return isinstance(value, int | datetime.date) and not isinstance(value, bool | datetime.datetime)
 
 
 def join_recompute_first(

@@ -159,6 +159,68 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
     return gained
 
 
+@dataclass(frozen=True)
+class ChangeKeyRange:
+    """A key column's range over a range's change rows, read from the change files' footers."""
+
+    low: Any
+    """The lowest non-NULL value (None when every value is NULL)."""
+    high: Any
+    has_nulls: bool
+    rows: int
+    """The change rows (the files' row counts)."""
+
+
+def change_key_range(source: str, watermark: int, end_version: int, column: str) -> ChangeKeyRange | None:
+    """`column`'s range over the change rows of versions (watermark, end_version], from the
+    statistics in the change files' footers (no rows read); None when a version has no
+    change files, the range has more than `_MAX_RANGE_FILES` of them, or a file has no
+    statistics for the column. What the planner needs before the feed to know which of
+    the MV's files a round must read."""
+    uris: list[str] = []
+    for version in range(watermark + 1, end_version + 1):
+        cdc = [action["cdc"] for action in commit_actions(source, version) if "cdc" in action]
+        if not cdc:
+            return None
+        uris += [join(source, unquote(change["path"])) for change in cdc]
+        if len(uris) > _MAX_RANGE_FILES:
+            return None
+    footers = [files.parquet_metadata(uri) for uri in uris]
+    bounds = [_column_bounds(footer, column) for footer in footers]
+    known = [bound for bound in bounds if bound is not None]
+    if not known or len(known) < len(bounds):
+        return None
+    return ChangeKeyRange(min((low for low, _, _ in known if low is not None), default=None),
+                          max((high for _, high, _ in known if high is not None), default=None),
+                          any(nulls for _, _, nulls in known), sum(footer.num_rows for footer in footers))
+
+
+_MAX_RANGE_FILES = 256
+"""The most change files whose footers `change_key_range` opens."""
+
+
+def _column_bounds(metadata: Any, column: str) -> tuple[Any, Any, bool] | None:
+    """(lowest, highest, any NULL) of a top-level `column` over a file's row groups from
+    their statistics (lowest and highest None when every value is NULL); None when a
+    row group has none."""
+    names = [metadata.schema.column(i).path.lower() for i in range(metadata.num_columns)]
+    if column.lower() not in names:
+        return None
+    index = names.index(column.lower())
+    lows, highs, nulls = [], [], False
+    for group in range(metadata.num_row_groups):
+        statistics = metadata.row_group(group).column(index).statistics
+        if statistics is None or not statistics.has_null_count:
+            return None
+        nulls = nulls or statistics.null_count > 0
+        if statistics.has_min_max:
+            lows.append(statistics.min)
+            highs.append(statistics.max)
+        elif statistics.null_count < metadata.row_group(group).num_rows:
+            return None
+    return min(lows, default=None), max(highs, default=None), nulls
+
+
 _KEY_BATCH_ROWS = 1 << 12
 """Rows of a change file read and summed at once: with Arrow's allocator keeping what it
 once held, larger batches raised the driver's peak by 50 - 95 MiB for 1.2 M change rows,

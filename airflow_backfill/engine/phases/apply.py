@@ -250,7 +250,8 @@ def _apply_stateless(
         chosen = RoundPlan(APPEND, {}, "the epochs only appended rows above the MV's largest key")
         info = replace(info, epoch=appended.end_version, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
         return (info.epoch, *_append_appended(spark, job, plan, appended, appended_rows, watermark, info), chosen)
-    early = recompute_first(job, watermark, info.epoch, info.parallelism)
+    early = recompute_first(job, watermark, info.epoch, info.parallelism,
+                            keys=(plan.upstream_key[0], plan.mv_key[0]))
     if early is not None:  # the feed is not read
         if job.verify_primary_key:
             _prove_upstream_key(spark, job, plan, watermark, info.epoch)

@@ -81,26 +81,28 @@ class Rates:
     plan but a recompute chosen before the feed)."""
     aggregate_fixed: float = 0.4
     """Folding an aggregate's changes into its touched groups (joined with their old state)."""
-    per_change_row: float = 8e-6
+    per_change_row: float = 13e-6
+    """Reading and netting a change row with Spark (120 k rows: 2.9 s with the fixed part)."""
     per_written_row: float = 0.4e-6
     """Writing a row (append, the new rows of replace, every row of an overwrite)."""
     per_read_row: float = 0.9e-6
     """Reading a row of the table being overwritten."""
-    per_key: float = 5e-6
-    """Joining a changed key with the table's (replace, delete)."""
+    per_key: float = 20e-6
+    """Joining a changed key with the table's and marking its row in a deletion vector
+    (replace, delete): 1.65 s, 2.45 s and 3.3 s for 1, 6 k and 60 k keys over 6 M rows."""
     per_scanned_row: float = 0.12e-6
     """Reading the key columns of a row in the files the changes' range touches (replace, delete)."""
     per_merged_row: float = 1.2e-6
     """Shuffling and rewriting a row of a touched file (merge)."""
-    per_upstream_row: float = 0.65e-6
+    per_upstream_row: float = 0.55e-6
     """Reading an upstream row and running the query over it (recompute)."""
     prove_fixed: float = 0.3
     per_proved_row: float = 0.3e-6
     """Proving the upstream's key unique (its key columns read, one shuffle), for a recompute
     that skips the feed."""
-    per_feed_key_row: float = 1.4e-6
-    """Netting a change row's key columns instead, when the range inserted no row (1.2 M change
-    rows: 2.0 s at SF 1)."""
+    per_feed_key_row: float = 0.2e-6
+    """Netting a change row's key columns instead, when the range inserted no row: read by the
+    driver, 1.2 M change rows in 0.2 s at SF 1 (Spark, beyond `driver_feed.KEY_ROWS`, took 2 s)."""
     join_fixed_per_table: float = 1.5
     """The least a join round costs per upstream beyond its writes: each table's feed read and
     netted, and the walks that join the changes of one side with the others (TPC-H Q3's rounds
@@ -210,20 +212,28 @@ def aggregate_round_estimates(
 
 
 def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool,
-                    prove_key: bool, inserts: bool = True) -> dict[str, float]:
+                    prove_key: bool, inserts: bool = True, located: TableFacts | None = None) -> dict[str, float]:
     """What is known before a round reads its feed (its change rows guessed from the
     change files' bytes): a recompute's estimate, and the least any incremental round
     could cost (the feed and the cheapest write's fixed cost, writing nothing). A
     recompute chosen now never reads the whole feed; under `prove_key` it proves the
     upstream's key unique: from the feed's key columns when the range `inserts` no row,
-    else over the whole upstream as the snapshot does."""
+    else over the whole upstream as the snapshot does.
+
+    `located` is the stateless MV's files as the change files' key range meets them, for
+    a range that inserts no row: each of its changes updates or deletes a key the MV may
+    hold, so the least write is one that finds at least half as many keys as change rows
+    (an update has two) in those files, or one that overwrites the MV."""
     feed = rates.feed_fixed + change_rows * rates.per_change_row
     writes = 2 if aggregate else 1
     least = feed + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0)
+    if located is not None and not aggregate:
+        keys = change_rows // 2
+        least = feed + min(min(write_estimates(located, keys, present, rates).values()) for present in (0, keys))
     recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
     if prove_key and not aggregate:
-        proved_rows = upstream_rows * rates.per_proved_row if inserts else change_rows * rates.per_feed_key_row
-        recompute += rates.prove_fixed + proved_rows
+        recompute += (rates.prove_fixed + upstream_rows * rates.per_proved_row if inserts
+                      else change_rows * rates.per_feed_key_row)
     return {INCREMENTAL: least, RECOMPUTE: recompute}
 
 
