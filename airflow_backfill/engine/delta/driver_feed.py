@@ -74,6 +74,8 @@ class HeldFeed:
     """Rows that bring a row in (inserts and post-images)."""
     upstream: StructType
     """The upstream's columns, all of them, as Spark types."""
+    table: pa.Table
+    """The same rows as `frame`, as Arrow."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ def feed_in_driver(
     arriving = sum(1 for change in table.column(CHANGE_TYPE).to_pylist() if change in ARRIVING)
     log.info("change feed of versions %s..%s read by the driver: %s rows from %s files",
              watermark + 1, end_version, table.num_rows, len(change_files))
-    return HeldFeed(frame, table.num_rows, arriving, upstream)
+    return HeldFeed(frame, table.num_rows, arriving, upstream, table)
 
 
 def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence[str]) -> bool | None:

@@ -57,6 +57,7 @@ from airflow_backfill.engine.phases.changes import (
     net_changes,
     some_key_gained_rows,
 )
+from airflow_backfill.engine.phases.driver_changes import changes_in_driver
 from airflow_backfill.engine.phases.repeated_keys import (
     held_times,
     refuse_arrived_keys_held_twice,
@@ -265,16 +266,22 @@ def _apply_stateless(
     try:
         if held is None:
             change_rows, arriving_rows = count_changes(feed)
-        net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
-                          keep_first_image=plan.filters_rows)
         ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
-        if not arriving_rows:  # only departures: a key held once at the watermark is held at most once now
-            net = net.drop(ARRIVED)
-        elif ask_upstream:
-            net = net.cache()
-        keyed = mv_changes(spark, net, plan)
-        if held is not None or change_rows <= DRIVER_ROWS:  # few keys (at most one per change row): held by
-            keyed = held_in_driver(keyed, max(change_rows, DRIVER_ROWS)) or keyed  # the driver, checks run no job
+        in_driver = None if held is None else changes_in_driver(
+            spark, held.table, feed.schema, plan, refuse_repeated_keys=job.verify_primary_key,
+            keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0)
+        if in_driver is not None:  # netted and mapped by the driver: no Spark job
+            net, keyed = in_driver.net, in_driver.keyed
+        else:
+            net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
+                              keep_first_image=plan.filters_rows)
+            if not arriving_rows:  # only departures: a key held once at the watermark is held at most once now
+                net = net.drop(ARRIVED)
+            elif ask_upstream:
+                net = net.cache()
+            keyed = mv_changes(spark, net, plan)
+        if in_driver is None and (held is not None or change_rows <= DRIVER_ROWS):  # few keys (at most one per
+            keyed = held_in_driver(keyed, max(change_rows, DRIVER_ROWS)) or keyed  # change row): held by the driver
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
         try:

@@ -32,7 +32,7 @@ _EARLIEST = "__earliest"
 
 # Within one commit a key can appear more than once (a rewrite removes and re-adds it);
 # the image that survives the commit is the highest-ranked one.
-_CHANGE_RANK = {"update_preimage": 0, "delete": 1, "insert": 2, "update_postimage": 3}
+CHANGE_RANK = {"update_preimage": 0, "delete": 1, "insert": 2, "update_postimage": 3}
 
 SIGN = "__sign"
 
@@ -67,7 +67,7 @@ def net_changes(
     from pyspark.sql import functions as F
 
     rank = F.lit(None).cast("int")
-    for change_type, value in _CHANGE_RANK.items():
+    for change_type, value in CHANGE_RANK.items():
         rank = F.when(F.col(CHANGE_TYPE) == change_type, F.lit(value)).otherwise(rank)
     latest_first = Window.partitionBy(*upstream_key).orderBy(F.col(COMMIT_VERSION).desc(), F.col("__rank").desc())
     upstream_columns = [c for c in changes.columns if c not in FEED_COLUMNS]
