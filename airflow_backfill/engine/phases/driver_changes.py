@@ -48,6 +48,8 @@ class RepeatedKeyInFeed(BackfillError):
 
 @dataclass(frozen=True)
 class DriverChanges:
+    """The two frames a stateless round builds from its feed, worked out by the driver."""
+
     net: DataFrame
     """As `net_changes` gives it, as a local relation."""
     keyed: DataFrame
@@ -95,7 +97,7 @@ def changes_in_driver(
     by_key = {_key(row, plan.mv_key): row for row in new}
     keyed_rows = []
     for row in netted:
-        key = tuple(row[column] for column in plan.upstream_key)
+        key = _key(row, plan.upstream_key)
         found = by_key.get(key)
         if found is None and held_before is not None and key not in held_before and not (flagged and row[ARRIVED]):
             continue  # a departure of a key the MV never held
@@ -121,7 +123,7 @@ def _net(rows: list[dict[str, Any]], columns: Sequence[str], key: Sequence[str],
     then the image that survives a commit first)."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(tuple(row[column] for column in key), []).append(row)
+        groups.setdefault(_key(row, key), []).append(row)
     netted = []
     for key_values, group in groups.items():
         group.sort(key=_latest_first)
