@@ -246,3 +246,55 @@ def test_an_overwrite_keeps_the_same_rows_whether_the_driver_or_spark_computes_t
         feed = netted_feed(spark, uri, 1, key)
         results[computed_by] = repr(rows_of(spark, uri)), sorted(repr(item) for item in feed.items())
     assert results["driver"] == results["spark"]  # as repr: NaN equals itself there
+
+
+LITERAL_SCHEMA = "k long, d date, s string, c decimal(10,2), b boolean, v string"
+LITERAL_KEY = ("k", "d", "s", "c", "b")
+
+
+@pytest.mark.parametrize("found_by", ["literals", "semi-join"])
+def test_a_few_keys_are_found_by_literals_and_leave_what_a_semi_join_leaves(spark, tmp_path, monkeypatch, found_by):
+    """A replace and a delete of a few driver-held keys filter the table by the keys written
+    out as literals; with more keys than `LITERAL_KEYS` they join (EXISTS). Rows, feed and watermark are the same either way, NULL key
+    parts (null-safe) included."""
+    if found_by == "semi-join":
+        monkeypatch.setattr(keyed_writes, "LITERAL_KEYS", 0)
+    uri = str(tmp_path / "mv")
+    day = datetime.date(2024, 2, 29)
+    rows = [(k, day + datetime.timedelta(k % 3), f"s{k % 4}", Decimal(k) / 4, k % 2 == 0, f"v{k}") for k in range(12)]
+    rows.append((None, day, None, None, None, "all null"))
+    create(spark, uri, rows, LITERAL_SCHEMA)
+    replaced = [(*rows[3][:5], "new3", True), (*rows[8][:5], "new8", True), (*rows[-1][:5], "new null", True),
+                (50, day, "s", Decimal("0.25"), False, "new50", True)]
+    deleted = [(*rows[5][:5], None, None), (*rows[-1][:5], None, None), (77, day, "x", Decimal(1), True, None, None)]
+
+    write_as(spark, REPLACE, uri, held_in_driver(changes(spark, replaced, LITERAL_SCHEMA)), version=1,
+             key=LITERAL_KEY, null_safe=True)
+    write_as(spark, DELETE, uri, held_in_driver(changes(spark, deleted, LITERAL_SCHEMA)), version=2,
+             key=LITERAL_KEY, null_safe=True)
+
+    expected = {row[:5]: row for row in rows}
+    expected.update({row[:5]: row[:6] for row in replaced})
+    for row in deleted:
+        expected.pop(row[:5], None)
+    assert rows_of(spark, uri) == sorted(expected.values(), key=lambda r: tuple((v is not None, v) for v in r))
+    assert netted_feed(spark, uri, 1, LITERAL_KEY) == {row[:5]: row[:6] for row in replaced}
+    assert netted_feed(spark, uri, 2, LITERAL_KEY) == {rows[5][:5]: None, rows[-1][:5]: None}
+    assert DeltaTable(uri).transaction_version(APP) == 2
+    for commit in DeltaTable(uri).history(limit=2):
+        condition = commit["operationParameters"]["predicate"]
+        if found_by == "literals":
+            assert "`k` IS NULL AND `d` = DATE'2024-02-29'" in condition and "EXISTS" not in condition
+        else:
+            assert condition.startswith("EXISTS (SELECT 1 FROM")
+
+
+def test_a_replace_of_a_key_with_a_null_part_compared_by_equality_joins(spark, tmp_path):
+    """With `=`, a NULL key part matches nothing: the new row is added beside the old one,
+    which a condition of literals could not express (its new row would not meet it)."""
+    uri = str(tmp_path / "mv")
+    create(spark, uri, [(None, 1), (1, 1)], "k int, n long")
+    write_as(spark, REPLACE, uri, held_in_driver(changes(spark, [(None, 5, True), (1, 2, True)], "k int, n long")),
+             version=1)
+    assert rows_of(spark, uri) == [(None, 1), (None, 5), (1, 2)]
+    assert "EXISTS" in DeltaTable(uri).history(limit=1)[0]["operationParameters"]["predicate"]

@@ -5,8 +5,9 @@ fall back to Delta's reader and writer."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, QueryBuilder
 
 from airflow_backfill.engine.delta import transaction_write
 from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
@@ -139,3 +140,60 @@ def test_a_small_tables_rows_read_by_the_driver_are_sparks(spark, tmp_path):
     spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 3")  # a deletion vector: left to Spark
     assert listed_rows(spark, uri, 1, read_table(spark, uri).schema) is None
     assert listed_rows(spark, uri, 0, current.schema) is None  # not the latest version
+
+
+LITERAL_REPLACES = [
+    ("(`k` = CAST(2 AS BIGINT)) OR (`k` = CAST(12 AS BIGINT))", [(2, "two"), (12, "twelve")]),
+    ("(`k` = CAST(3 AS BIGINT))", [(3, "three")]),  # a file that has a deletion vector already
+    ("(`k` = CAST(4 AS BIGINT)) OR (`k` = CAST(99 AS BIGINT))", []),  # a delete, one key not held
+]
+"""Replaces by conditions of literals, as `keyed_writes` makes them: condition, new rows."""
+
+
+@pytest.mark.parametrize("from_list", [True, False], ids=["listed", "delta"])
+def test_a_replace_or_delete_from_listed_files_leaves_what_deltas_own_leaves(spark, tmp_path, monkeypatch, from_list):
+    """The rows, each version's change feed, delta-rs' view and the watermark are the same
+    whether the replaced rows are marked from the checksum's list or by Delta's own
+    replace and DELETE: by literals, by a semi-join, a file emptied, a file that has a
+    deletion vector already, and a retried version."""
+    from airflow_backfill.engine.delta.commits import delete_keys, replace_keys, replace_matching
+
+    taken: list[bool] = []
+    original = transaction_write.replace_listed
+
+    def spied(*args):
+        actions = original(*args) if from_list else None
+        taken.append(actions is not None)
+        return actions
+
+    monkeypatch.setattr(transaction_write, "replace_listed", spied)
+    uri = str(tmp_path / "t")
+    _create(spark, uri, [(k, f"v{k}") for k in range(1, 11)])
+    write_with_watermark(spark.createDataFrame([(k, f"v{k}") for k in range(11, 16)], SCHEMA), uri, mode=APPEND,
+                         options={}, app_id=APP, version=1, user_metadata="{}")
+    watermark = {"app_id": APP, "user_metadata": "{}"}
+    for version, (condition, rows) in enumerate(LITERAL_REPLACES, start=2):
+        replace_matching(spark.createDataFrame(rows, SCHEMA), uri, condition, version=version, **watermark)
+    replace_keys(spark.createDataFrame([(5, "five"), (13, "thirteen")], SCHEMA), uri, ("k",), None, version=5,
+                 null_safe=False, **watermark)
+    delete_keys(spark.createDataFrame([(k,) for k in (11, 12, 13, 14, 15, 77)], "k long"), uri, ("k",),
+                "`__mv`.`k` BETWEEN 11 AND 77", version=6, null_safe=False, **watermark)
+    replace_keys(spark.createDataFrame([(6, "again")], SCHEMA), uri, ("k",), None, version=6, null_safe=False,
+                 **watermark)  # a retry of a committed version: nothing written
+
+    expected = {k: f"v{k}" for k in range(1, 11) if k != 4}
+    expected.update({2: "two", 3: "three", 5: "five"})
+    assert taken == [from_list] * 5
+    assert _rows(spark.read.format("delta").load(uri)) == sorted(expected.items())
+    read_by_delta_rs = QueryBuilder().register("t", DeltaTable(uri)).execute("SELECT k, v FROM t ORDER BY k")
+    assert pa.table(read_by_delta_rs.read_all()).to_pylist() == [{"k": k, "v": v} for k, v in sorted(expected.items())]
+    assert [_feed(spark, uri, version) for version in range(2, 7)] == [
+        [("delete", 2, "v2"), ("delete", 12, "v12"), ("insert", 2, "two"), ("insert", 12, "twelve")],
+        [("delete", 3, "v3"), ("insert", 3, "three")],
+        [("delete", 4, "v4")],
+        [("delete", 5, "v5"), ("delete", 13, "v13"), ("insert", 5, "five"), ("insert", 13, "thirteen")],
+        [("delete", 11, "v11"), ("delete", 12, "twelve"), ("delete", 13, "thirteen"), ("delete", 14, "v14"),
+         ("delete", 15, "v15")],
+    ]
+    assert DeltaTable(uri).transaction_version(APP) == 6
+    assert DeltaTable(uri).version() == 6

@@ -27,7 +27,9 @@ from airflow_backfill.engine.delta.log import CDF_PROPERTY, CHECKPOINT_INTERVAL_
 from airflow_backfill.engine.delta.transaction_write import (
     APPEND,
     OVERWRITE,
+    TARGET_ALIAS,
     commit_watermark,
+    replace_with_watermark,
     write_with_watermark,
 )
 from airflow_backfill.storage.lease import ensure_held
@@ -72,7 +74,7 @@ _TXN_APP_ID = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _EXISTS_IN_DELETE = "spark.databricks.delta.delete.allowExistsSubquery"
-TARGET = "__mv"
+TARGET = TARGET_ALIAS
 """The alias of the written table in a keyed write's conditions, and below that of the
 changes: names no MV column takes (a column `t` or `s` would shadow a short alias)."""
 CHANGES = "__changes"
@@ -240,16 +242,38 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
     new ones. The write reads `frame` through a projection (which `replaceOn` resolves
     its condition against), as a DataFrame writer hands it over.
     `bound` (a condition on the table's columns, qualified by `TARGET`) is pushed into the scan
-    of the table, so that Parquet skips what lies outside the keys' range.
+    of the table, so that Parquet skips what lies outside the keys' range. A table whose
+    checksum lists its files is replaced from that list, by the same semi-join
+    (`transaction_write.replace_with_watermark`).
     """
     ensure_held(uri)
     equal = "<=>" if null_safe else "="
-    condition = " AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key)
-    if bound is not None:
-        condition = f"{condition} AND {bound}"
+    matched = " AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key)
+    with _changes_view(frame) as view:
+        if replace_with_watermark(frame.sparkSession, uri, frame, condition=_exists(view, matched, bound),
+                                  app_id=app_id, version=version, user_metadata=user_metadata) is not None:
+            return
+    condition = matched if bound is None else f"{matched} AND {bound}"
     write_with_watermark(frame.alias(CHANGES).select("*"), uri, mode=OVERWRITE,
                          options={"replaceOn": condition, "targetAlias": TARGET}, app_id=app_id, version=version,
                          user_metadata=user_metadata)
+
+
+def replace_matching(frame: DataFrame, uri: str, condition: str, *, app_id: str, version: int,
+                     user_metadata: str) -> None:
+    """Replace the table's rows that meet `condition` (a condition of literals on the table's
+    columns, `key_literals.keys_condition`) with `frame`'s rows (none: a delete), in one commit.
+
+    Delta's `replaceWhere`: a DELETE by the condition (deletion vectors, no join) and an
+    append of `frame`, whose rows must meet the condition too; the change feed shows the
+    replaced rows and the new ones, as `replace_keys`'s does. A table whose checksum lists
+    its files is replaced from that list (`transaction_write`).
+    """
+    ensure_held(uri)
+    if replace_with_watermark(frame.sparkSession, uri, frame, condition=condition, app_id=app_id, version=version,
+                              user_metadata=user_metadata) is None:
+        write_with_watermark(frame, uri, mode=OVERWRITE, options={"replaceWhere": condition}, app_id=app_id,
+                             version=version, user_metadata=user_metadata)
 
 
 def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
@@ -257,25 +281,25 @@ def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None
     """Delete the table's rows whose key `keys` holds, in one commit (deletion vectors).
 
     A DELETE whose condition is an EXISTS over `keys` (a semi-join, broadcast when `keys` is
-    small), behind `bound`, a condition on the table alone that Delta skips files with.
+    small), behind `bound`, a condition on the table alone that Delta skips files with; from
+    the checksum's file list when it lists the table's files (`replace_with_watermark`).
     """
     spark = keys.sparkSession
     ensure_held(uri)
-    view = "__airflow_backfill_deleted_keys"
-    keys.createOrReplaceTempView(view)
     equal = "<=>" if null_safe else "="
     matched = " AND ".join(f"{CHANGES}.{_quote(column)} {equal} {TARGET}.{_quote(column)}" for column in key)
-    condition = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {matched})"
-    if bound is not None:
-        condition = f"{bound} AND {condition}"
-    path = uri.replace("`", "``")
-    spark.conf.set(_EXISTS_IN_DELETE, "true")
-    try:
-        with session_transaction(spark, app_id, version, user_metadata):
-            spark.sql(f"DELETE FROM delta.`{path}` {TARGET} WHERE {condition}")
-    finally:
-        spark.conf.unset(_EXISTS_IN_DELETE)
-        spark.catalog.dropTempView(view)
+    with _changes_view(keys) as view:
+        condition = _exists(view, matched, bound)
+        if replace_with_watermark(spark, uri, None, condition=condition, app_id=app_id, version=version,
+                                  user_metadata=user_metadata) is not None:
+            return
+        path = uri.replace("`", "``")
+        spark.conf.set(_EXISTS_IN_DELETE, "true")
+        try:
+            with session_transaction(spark, app_id, version, user_metadata):
+                spark.sql(f"DELETE FROM delta.`{path}` {TARGET} WHERE {condition}")
+        finally:
+            spark.conf.unset(_EXISTS_IN_DELETE)
 
 
 def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:
@@ -285,6 +309,25 @@ def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_met
     ensure_held(uri)
     write_with_watermark(frame, uri, mode=OVERWRITE, options={}, app_id=app_id, version=version,
                          user_metadata=user_metadata)
+
+
+@contextmanager
+def _changes_view(changes: DataFrame) -> Iterator[str]:
+    """`changes` as a temporary view for the block, named for a write's EXISTS condition."""
+    view = "__airflow_backfill_changes"
+    changes.createOrReplaceTempView(view)
+    try:
+        yield view
+    finally:
+        changes.sparkSession.catalog.dropTempView(view)
+
+
+def _exists(view: str, matched: str, bound: str | None) -> str:
+    """A condition on the table (`TARGET`) that holds for its rows with a match in `view`
+    (aliased `CHANGES`), behind `bound`, a condition on the table alone that Delta skips
+    files with."""
+    condition = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {matched})"
+    return condition if bound is None else f"{bound} AND {condition}"
 
 
 def _quote(column: str) -> str:

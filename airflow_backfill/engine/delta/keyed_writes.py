@@ -37,8 +37,10 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
     repeated_key_error,
     replace_keys,
+    replace_matching,
 )
 from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, arrow_rows, is_local, local_relation
+from airflow_backfill.engine.delta.key_literals import LITERAL_KEYS, keys_condition
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
     KeyRange,
@@ -147,12 +149,22 @@ def write(
     if way == APPEND:
         append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
-        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
-                     version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
+        literal = _keys_as_literals(prepared)
+        if literal is not None:
+            replace_matching(new_rows, prepared.uri, literal, app_id=app_id, version=version,
+                             user_metadata=user_metadata)
+        else:
+            replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
+                         version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == DELETE:
-        keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
-        delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id, version=version,
-                    user_metadata=user_metadata, null_safe=prepared.null_safe)
+        literal = _keys_as_literals(prepared)
+        if literal is not None:  # a replace by no rows
+            replace_matching(new_rows, prepared.uri, literal, app_id=app_id, version=version,
+                             user_metadata=user_metadata)
+        else:
+            keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
+            delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
+                        version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == OVERWRITE:
         overwrite(_rows_after(spark, prepared, new_rows), prepared.uri, app_id=app_id, version=version,
                   user_metadata=user_metadata)
@@ -164,6 +176,16 @@ def write(
 
 def quote(column: str) -> str:
     return "`" + column.replace("`", "``") + "`"
+
+
+def _keys_as_literals(prepared: PreparedChanges) -> str | None:
+    """The changed keys as a condition of literals, when the driver holds a few of them
+    (`key_literals`): no job to read them, and no semi-join to find their rows."""
+    if (prepared.changed.rows or 0) > LITERAL_KEYS or not is_local(prepared.frame):
+        return None
+    fields = {field.name.lower(): field for field in prepared.frame.schema.fields}
+    keys = [tuple(row) for row in prepared.frame.select(*(quote(k) for k in prepared.key)).collect()]  # no job
+    return keys_condition(keys, [fields[k.lower()] for k in prepared.key], null_safe=prepared.null_safe)
 
 
 def _bound_sql(prepared: PreparedChanges, qualifier: str = "") -> str | None:

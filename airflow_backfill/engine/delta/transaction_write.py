@@ -5,7 +5,7 @@ The writer options `txnAppId` / `txnVersion` make Delta ask its snapshot for the
 transaction versions (`OptimisticTransaction.txnVersion`), which Delta 4.4 answers only by
 rebuilding the whole state of the table: three Spark jobs and 0.8 - 1 s per commit, more
 than an append of a round's rows costs (docs/benchmarks.md). This module runs the same
-write command (`WriteIntoDelta`: appends, overwrites, `replaceOn`) in a transaction it
+write command (`WriteIntoDelta`: appends, overwrites, `replaceOn`, `replaceWhere`) in a transaction it
 opens itself through py4j, reads the watermark with delta-rs instead, and adds the
 `SetTransaction` action to the commit. The log entry is the one the writer options
 produce: data, app transaction and `userMetadata` in one atomic commit.
@@ -20,7 +20,8 @@ Two guarantees of the writer options are kept:
 
 An overwrite of a table whose checksum lists its files (`listed_files`: under 50 files)
 removes those files instead of asking Delta's rebuilt state for them, which would cost
-the same three jobs again.
+the same three jobs again; `replace_with_watermark` marks the rows a replace or delete
+removes in deletion vectors from that list too (`listed_replace`).
 
 Relies on delta-spark 4.4's JVM classes (`constraints-3.11.txt` and `jars/pom.xml` pin it);
 `tests/test_transaction_write.py` checks the log entries and both guarantees.
@@ -34,12 +35,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
+from airflow_backfill.engine.delta.listed_replace import replace_listed
 from airflow_backfill.engine.delta.log import load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 APPEND = "Append"
+TARGET_ALIAS = "__mv"
+"""The alias of the table in `replace_with_watermark`'s condition."""
 OVERWRITE = "Overwrite"
 
 
@@ -48,22 +52,36 @@ def write_with_watermark(
     user_metadata: str,
 ) -> bool:
     """Write `frame` into the Delta table at `uri` (`mode` APPEND or OVERWRITE, Delta writer
-    `options` such as `replaceOn`) in one commit that records app transaction
+    `options` such as `replaceOn` or `replaceWhere`) in one commit that records app transaction
     (`app_id`, `version`) and `user_metadata`. False, with nothing written, when the
     table already records `version` or a later one."""
-    return _commit(frame.sparkSession, uri, frame, mode=mode, options=options, app_id=app_id, version=version,
-                   user_metadata=user_metadata)
+    return bool(_commit(frame.sparkSession, uri, frame, mode=mode, options=options, app_id=app_id, version=version,
+                        user_metadata=user_metadata))
 
 
 def commit_watermark(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
     """A commit of the app transaction alone (no data, no Spark job), as
     `write_with_watermark` would make of an empty append."""
-    return _commit(spark, uri, None, mode=APPEND, options={}, app_id=app_id, version=version,
-                   user_metadata=user_metadata)
+    return bool(_commit(spark, uri, None, mode=APPEND, options={}, app_id=app_id, version=version,
+                        user_metadata=user_metadata))
+
+
+def replace_with_watermark(
+    spark: SparkSession, uri: str, frame: DataFrame | None, *, condition: str, app_id: str, version: int,
+    user_metadata: str,
+) -> bool | None:
+    """Replace the rows of the table at `uri` that meet `condition` (SQL over the table,
+    aliased `TARGET_ALIAS`; it may hold an EXISTS subquery over a temporary view) by
+    `frame`'s rows (None: delete them), in one commit with the watermark, from the file
+    list of the table's checksum (`listed_replace`). False when the table already records
+    `version` or a later one; None, with nothing written, when the checksum lists no
+    files or they do not fit: the caller then replaces through Delta's own command."""
+    return _commit(spark, uri, frame, mode=OVERWRITE, options={}, app_id=app_id, version=version,
+                   user_metadata=user_metadata, replaced=condition)
 
 
 def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],
-            app_id: str, version: int, user_metadata: str) -> bool:
+            app_id: str, version: int, user_metadata: str, replaced: str | None = None) -> bool | None:
     jvm = spark._jvm
     assert jvm is not None
     jspark = spark._jsparkSession
@@ -78,15 +96,23 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
     empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
     none = jvm.scala.Option.apply(None)
     operation = getattr(delta, "DeltaOperations$Write")(  # mode, partitionBy, predicate, userMetadata, ...
-        save_mode, jvm.scala.Option.apply(empty), none, jvm.scala.Option.apply(user_metadata), none, none,
+        save_mode, jvm.scala.Option.apply(empty), jvm.scala.Option.apply(options.get("replaceWhere", replaced)),
+        jvm.scala.Option.apply(user_metadata), none, none,
         none, jvm.scala.Option.apply(options.get("replaceOn")), none)
     active = getattr(getattr(delta, "OptimisticTransaction$"), "MODULE$")
     active.setActive(transaction)  # what Delta's own commands do: the write's scans register their reads
     try:
         files = listed_files(transaction.snapshot()) if mode == OVERWRITE and not options else None
-        if frame is None:
+        fits = files is not None and (frame is None or _same_columns(frame, transaction.snapshot()))
+        if replaced is not None:
+            actions = replace_listed(jvm, jspark, delta_log, transaction, frame, files, replaced,
+                                     TARGET_ALIAS) if fits else None
+            if actions is None:
+                return None
+            tags = _scala_map(jvm, {})
+        elif frame is None:
             actions, tags = empty, _scala_map(jvm, {})
-        elif files is not None and _same_columns(frame, transaction.snapshot()):
+        elif fits:
             actions, tags = _overwrite_listed(jvm, transaction, frame, files), _scala_map(jvm, {})
         else:
             delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
