@@ -23,7 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, CHECKPOINT_INTERVAL_PROPERTY, METADATA_PREFIX
+from airflow_backfill.engine.delta.log import (
+    CDF_PROPERTY,
+    CHECKPOINT_INTERVAL_PROPERTY,
+    DELETION_VECTORS_PROPERTY,
+    METADATA_PREFIX,
+)
 from airflow_backfill.engine.delta.transaction_write import (
     APPEND,
     OVERWRITE,
@@ -53,7 +58,6 @@ twice: MERGE then fails instead of netting the two rows to one."""
 REPEATED_KEY = "airflow_backfill: upstream key repeated: "
 """Starts the message of the error Spark raises when an upstream key turns out held twice."""
 
-DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
 TABLE_PROPERTIES = {CDF_PROPERTY: "true", DELETION_VECTORS_PROPERTY: "true"}
 """Properties of every table the engine creates: the change feed (an MV can be an upstream)
 and deletion vectors (MERGE marks replaced rows instead of rewriting whole files). Both
@@ -265,9 +269,10 @@ def replace_matching(frame: DataFrame, uri: str, condition: str, *, app_id: str,
     columns, `key_literals.keys_condition`) with `frame`'s rows (none: a delete), in one commit.
 
     Delta's `replaceWhere`: a DELETE by the condition (deletion vectors, no join) and an
-    append of `frame`, whose rows must meet the condition too; the change feed shows the
-    replaced rows and the new ones, as `replace_keys`'s does. A table whose checksum lists
-    its files is replaced from that list (`transaction_write`).
+    append of `frame`, whose rows must meet the condition too (the keys of the condition
+    are theirs); the change feed shows the replaced rows and the new ones, as
+    `replace_keys`'s does. A table whose checksum lists its files is replaced from that
+    list (`transaction_write.replace_with_watermark`).
     """
     ensure_held(uri)
     if replace_with_watermark(frame.sparkSession, uri, frame, condition=condition, app_id=app_id, version=version,

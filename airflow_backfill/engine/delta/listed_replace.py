@@ -1,18 +1,19 @@
-"""A `replaceWhere` of a table whose checksum lists its files, without Delta's rebuild of
-the table's state.
+"""A replace or delete by a condition, of a table whose checksum lists its files, without
+Delta's rebuild of the table's state.
 
-Why: Delta's `replaceWhere` deletes the rows that meet its condition with its DELETE
-command, which asks the snapshot for its file count and, to carry the touched files'
-statistics over, for its files with statistics: both rebuild the version's whole state
-from the log (three Spark jobs and 0.4 - 0.5 s of a one-row round at SF 1, which is
-about a third of it). The checksum's file list (`listed_files`) already holds every
+Why: Delta's replaces (`replaceWhere`, `replaceOn`) and DELETE find the rows that meet
+their condition with its DELETE command, which asks the snapshot for its file count and,
+to carry the touched files' statistics over, for its files with statistics: both rebuild
+the version's whole state from the log (three Spark jobs and 0.4 - 0.5 s of a one-row
+round at SF 1, which was about a third of it). The checksum's file list (`listed_files`) already holds every
 live file with its statistics. This module runs the same steps as Delta's DELETE with
 deletion vectors over that list: Delta's own scan for the matching rows
 (`DMLWithDeletionVectorsHelper.findTouchedFiles`, which writes the new deletion
 vectors), then per touched file Delta's `AddFile.removeRows` (the file again with its
 new deletion vector and its statistics' bounds marked wide, and the file with its old
-vector removed), or its removal when no row is left. The new rows are written by the
-transaction. The log entry holds the actions Delta's own replace would write.
+vector removed), or its removal when no row is left. The new rows, if any, are written by
+the transaction. The log entry holds the actions Delta's own replace or delete would
+write; the condition may hold an EXISTS subquery, as a DELETE's may.
 
 Only tables with deletion vectors enabled, and files whose statistics count their
 records and, when they carry a deletion vector already, have wide bounds, take this
@@ -28,12 +29,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.listed_files import scala_items
+from airflow_backfill.engine.delta.log import DELETION_VECTORS_PROPERTY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-DELETION_VECTORS = "delta.enableDeletionVectors"
-
 
 def replace_listed(jvm: Any, jspark: Any, delta_log: Any, transaction: Any, frame: DataFrame | None, files: Any,
                    condition: str, alias: str) -> Any | None:
@@ -42,7 +41,7 @@ def replace_listed(jvm: Any, jspark: Any, delta_log: Any, transaction: Any, fram
     version lists; None when the table or a file does not fit this path (see above).
     The transaction then counts as having read the whole table, as an overwrite does."""
     snapshot = transaction.snapshot()
-    if snapshot.metadata().configuration().get(DELETION_VECTORS).getOrElse(None) != "true":
+    if snapshot.metadata().configuration().get(DELETION_VECTORS_PROPERTY).getOrElse(None) != "true":
         return None
     if not all(_fits(added) for added in scala_items(files)):
         return None

@@ -24,6 +24,7 @@ from airflow_backfill.storage.uri import join
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
+DELETION_VECTORS_PROPERTY = "delta.enableDeletionVectors"
 UPSTREAM_CHECKPOINT_INTERVAL = "10"
 """What the project's own upstream writers (simulator, TPC-H) set: a Delta reader rebuilds a
 table's state from its last checkpoint plus the commits after it, so a log that is never

@@ -5,8 +5,8 @@ The writer options `txnAppId` / `txnVersion` make Delta ask its snapshot for the
 transaction versions (`OptimisticTransaction.txnVersion`), which Delta 4.4 answers only by
 rebuilding the whole state of the table: three Spark jobs and 0.8 - 1 s per commit, more
 than an append of a round's rows costs (docs/benchmarks.md). This module runs the same
-write command (`WriteIntoDelta`: appends, overwrites, `replaceOn`, `replaceWhere`) in a transaction it
-opens itself through py4j, reads the watermark with delta-rs instead, and adds the
+write command (`WriteIntoDelta`: appends, overwrites, `replaceOn`, `replaceWhere`) in a
+transaction it opens itself through py4j, reads the watermark with delta-rs instead, and adds the
 `SetTransaction` action to the commit. The log entry is the one the writer options
 produce: data, app transaction and `userMetadata` in one atomic commit.
 
