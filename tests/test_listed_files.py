@@ -1,7 +1,8 @@
-"""A small table is read and overwritten from the file list its checksum carries: the
-rows, the change feed and the watermark are those Delta's own reader and overwrite give,
-a concurrent commit still fails the overwrite, and tables whose checksum lists no files
-fall back to Delta's reader and writer."""
+"""A small table is read, overwritten, replaced and deleted from the file list its
+checksum carries: the rows, the change feed and the watermark are those Delta's own
+reader, overwrite, replace and DELETE give, a concurrent commit still fails the
+overwrite, and tables whose checksum lists no files fall back to Delta's reader and
+writer."""
 
 from __future__ import annotations
 
