@@ -148,23 +148,16 @@ def write(
         refuse_arrived_keys_held(spark, prepared)
     if way == APPEND:
         append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
+    elif way in (REPLACE, DELETE) and (literal := _keys_as_literals(prepared)) is not None:
+        # A delete is a replace by no rows (`new_rows` is empty then).
+        replace_matching(new_rows, prepared.uri, literal, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
-        literal = _keys_as_literals(prepared)
-        if literal is not None:
-            replace_matching(new_rows, prepared.uri, literal, app_id=app_id, version=version,
-                             user_metadata=user_metadata)
-        else:
-            replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
-                         version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
+        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
+                     version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == DELETE:
-        literal = _keys_as_literals(prepared)
-        if literal is not None:  # a replace by no rows
-            replace_matching(new_rows, prepared.uri, literal, app_id=app_id, version=version,
-                             user_metadata=user_metadata)
-        else:
-            keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
-            delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
-                        version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
+        keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
+        delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id, version=version,
+                    user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == OVERWRITE:
         overwrite(_rows_after(spark, prepared, new_rows), prepared.uri, app_id=app_id, version=version,
                   user_metadata=user_metadata)
