@@ -58,3 +58,16 @@ def test_key_ranges_of_driver_rows_match_a_job_over_the_same_rows(spark):
         assert key_range_of_rows(frame.collect(), "k", PRESENT, "arrived") == key_range(frame, "k", PRESENT,
                                                                                         "arrived")
         assert key_range_of_rows(frame.collect(), "k", PRESENT) == key_range(frame, "k", PRESENT)
+
+
+def test_a_plan_over_a_table_is_refused_without_planning_its_scan(spark, tmp_path):
+    """Optimizing a filtered Delta scan plans the scan (Delta's file skipping runs Spark
+    jobs); `is_local` refuses it from its leaves, so asking costs no job."""
+    uri = str(tmp_path / "t")
+    spark.range(20).selectExpr("id AS k").write.format("delta").save(uri)
+    changes = spark.createDataFrame([(3,), (7,)], "k long")
+    joined = spark.read.format("delta").load(uri).filter("k > 2").join(changes, "k")
+    before = _jobs(spark)
+    assert not is_local(joined)
+    assert _jobs(spark) == before
+    assert sorted(row.k for row in joined.collect()) == [3, 7]

@@ -62,6 +62,14 @@ def plan_job(tables: dict[str, str], plan: str, monkeypatch, **settings) -> Back
     return orders_job(tables, round_plan="incremental", **settings)
 
 
+def spark_key_counts(monkeypatch) -> list:
+    """The keys a round's recompute counts with Spark (over the whole upstream), recorded."""
+    counted: list = []
+    count_keys = apply.duplicate_key
+    monkeypatch.setattr(apply, "duplicate_key", lambda rows, key: counted.append(key) or count_keys(rows, key))
+    return counted
+
+
 @pytest.mark.parametrize("plan", (*PLANS, "delete"))
 def test_a_round_killed_before_or_after_its_commit_is_redone_once_in_every_plan(spark, tables, monkeypatch, plan):
     source = tables["source"]
@@ -175,9 +183,7 @@ def test_a_recompute_proves_the_key_from_the_feed_when_the_range_inserted_no_row
     create_orders_table(source, rows=50, seed=13)
     job = orders_job(tables, round_plan="recompute")
     run_snapshot(spark, job)
-    counted: list = []
-    count_keys = apply.duplicate_key
-    monkeypatch.setattr(apply, "duplicate_key", lambda rows, key: counted.append(key) or count_keys(rows, key))
+    counted = spark_key_counts(monkeypatch)
     DeltaTable(source).update(updates={"amount": "amount + 1"}, predicate="order_id < 20")
     DeltaTable(source).delete("order_id = 30")
 
@@ -190,6 +196,30 @@ def test_a_recompute_proves_the_key_from_the_feed_when_the_range_inserted_no_row
     with pytest.raises(RepeatedKeyError, match="order_id=7"):
         run_catch_up(spark, job)
     assert counted  # the key that gained a row made the round count the upstream's keys
+    assert len(mv_commits(job.target)) == 2
+
+
+def test_a_recompute_after_inserts_proves_the_key_from_the_files(spark, tables, monkeypatch):
+    """New orders leave every key held once: the driver proves it from the files' key
+    columns and Spark counts nothing. A copy of an existing order makes the driver's
+    proof fail, and Spark's count refuses the upstream."""
+    source = tables["source"]
+    create_orders_table(source, rows=50, seed=13)
+    job = orders_job(tables, round_plan="recompute")
+    run_snapshot(spark, job)
+    counted = spark_key_counts(monkeypatch)
+    DeltaTable(source).update(updates={"amount": "amount + 1"}, predicate="order_id = 5")  # not appends only
+    append_orders(source, [51, 52, 53])
+
+    run_catch_up(spark, job)
+
+    assert counted == []
+    assert round_plans(job.target) == ["recompute"]
+    assert assert_every_commit_matches(source, job.target, QUERY, job.app_id, key=["order_id"]) == 2
+    append_orders(source, [7, 54])
+    with pytest.raises(RepeatedKeyError, match="order_id=7"):
+        run_catch_up(spark, job)
+    assert counted  # the driver found no proof, and Spark's count found the repeat
     assert len(mv_commits(job.target)) == 2
 
 

@@ -149,6 +149,29 @@ def test_duplicate_primary_key_is_refused_before_anything_is_written(
     assert leftovers == [], "the chunks of the refused snapshot were left in the MV's folder"
 
 
+def test_a_key_the_files_prove_is_not_counted_by_spark_and_one_they_cannot_is(spark, tables, monkeypatch, caplog):
+    upstream_with_files(tables["source"], files=3)
+    spark_proofs = []
+    real_proof = snapshot_module.duplicate_key
+    monkeypatch.setattr(snapshot_module, "duplicate_key", lambda *args: spark_proofs.append(1) or real_proof(*args))
+    job = job_for(tables)
+    with caplog.at_level("INFO", logger="airflow_backfill.engine.phases.repeated_keys"):
+        run_snapshot(spark, job, chunk_bytes=1)
+    assert spark_proofs == [] and "proved unique at epoch 2 from the files' key ranges" in caplog.text
+    assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])
+
+    # Keys too far apart for a bitmap, in runs that overlap (a trillion, then 150 to a trillion
+    # and one): unique still, but only Spark can tell.
+    far = 10**12
+    write_deltalake(tables["source"], pa.table({"order_id": pa.array([far, 150, far + 1], pa.int64()),
+                                                "amount": [30.0, 40.0, 50.0]}), mode="append")
+    again = BackfillJob(name="resume_again", query=QUERY, primary_key=["order_id"], source=tables["source"],
+                        target=tables["target"] + "_again")
+    run_snapshot(spark, again, chunk_bytes=1)
+    assert spark_proofs == [1]
+    assert_mv_matches(tables["source"], again.target, QUERY, again.app_id, key=["order_id"])
+
+
 def test_an_unverified_primary_key_is_taken_as_declared(spark, tables, caplog):
     upstream_with_files(tables["source"], files=2)
     duplicate = pa.table({"order_id": pa.array([17], pa.int64()), "amount": pa.array([30.0])})

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from airflow_backfill.engine.delta.listed_files import scala_items
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
@@ -60,5 +62,18 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
 
 def is_local(frame: DataFrame) -> bool:
     """Whether Spark answers `frame` from rows the driver holds (its optimized plan is a
-    local relation), so that collecting it runs no job."""
-    return frame._jdf.queryExecution().optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+    local relation), so that collecting it runs no job.
+
+    A plan that reads anything else (a table, a cached frame) is refused from its leaves
+    before it is optimized: optimizing a scan of a Delta table plans the scan, whose file
+    skipping and deletion-vector lookups are Spark jobs (0.5 s for a join round's changes
+    at TPC-H SF 1), and that optimized plan is not the one the frame later runs."""
+    execution = frame._jdf.queryExecution()
+    leaves = scala_items(execution.analyzed().collectLeaves())
+    if any(leaf.getClass().getSimpleName() not in _LOCAL_LEAVES for leaf in leaves):
+        return False
+    return execution.optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+
+
+_LOCAL_LEAVES = frozenset({"LocalRelation", "OneRowRelation"})
+"""Leaves of plans Spark's optimizer may fold into one local relation."""

@@ -152,6 +152,24 @@ def table_key_max(uri: str, column: str, version: int | None = None) -> Any:
     return pc.max(values).as_py()
 
 
+def integer_key_ranges(uri: str, version: int, columns: Sequence[str]) -> list[tuple[int, int]] | None:
+    """Per integer column of `columns`, the (lowest, highest) value of the table's files at
+    `version`, from their statistics; None when a column is not an integer one or some
+    file has no statistic for it (then nothing is known)."""
+    actions = pa.table(delta_table(uri, version).get_add_actions(flatten=True))
+    names = {name.lower(): name for name in actions.column_names}
+    ranges = []
+    for column in columns:
+        low, high = names.get(f"min.{column}".lower()), names.get(f"max.{column}".lower())
+        if low is None or high is None or not pa.types.is_integer(actions.schema.field(low).type):
+            return None
+        lows, highs = actions.column(low), actions.column(high)
+        if lows.null_count or highs.null_count or not actions.num_rows:
+            return None
+        ranges.append((int(pc.min(lows).as_py()), int(pc.max(highs).as_py())))
+    return ranges
+
+
 class _Empty:
     def __repr__(self) -> str:
         return "EMPTY"

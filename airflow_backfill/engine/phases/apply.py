@@ -60,6 +60,7 @@ from airflow_backfill.engine.phases.changes import (
 from airflow_backfill.engine.phases.driver_changes import changes_in_driver
 from airflow_backfill.engine.phases.repeated_keys import (
     held_times,
+    key_proved_from_files,
     refuse_arrived_keys_held_twice,
     refuse_repeated_appended_keys,
 )
@@ -338,9 +339,9 @@ def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     of the range inserted a row, only a key whose change rows gained it rows (an UPDATE
     that moved a row to another key) can be held twice now: the feed's key columns,
     netted per key, tell, a shuffle of the change rows instead of the upstream's. Else,
-    or when some key gained rows, the whole upstream's key is counted, as the snapshot
-    does; its cost (the key columns read, one shuffle) is below that of the feed the
-    recompute replaces."""
+    or when some key gained rows, the whole upstream's key is proved as the snapshot
+    proves it: by the driver from the files when it can, else counted by Spark (the key
+    columns read, one shuffle: still below the cost of the feed the recompute replaces)."""
     from pyspark.sql import functions as F
 
     key = list(plan.upstream_key)
@@ -348,6 +349,8 @@ def _prove_upstream_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
             spark, job.source, watermark, version, key):
         log.info("epochs %s..%s inserted no row and moved none to another key: the upstream's key stays unique",
                  watermark + 1, version)
+        return
+    if key_proved_from_files(job.source, version, key):
         return
     keys = read_upstream_as_of(spark, job.source, version).select(*(F.col(quote(column)) for column in key))
     duplicate = duplicate_key(keys, key)

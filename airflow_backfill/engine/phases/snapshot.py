@@ -51,7 +51,7 @@ from airflow_backfill.engine.delta.log import (
 )
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
-from airflow_backfill.engine.phases.repeated_keys import held_times
+from airflow_backfill.engine.phases.repeated_keys import held_times, key_proved_from_files
 from airflow_backfill.engine.phases.snapshot_chunks import (
     Chunk,
     default_chunk_bytes,
@@ -410,9 +410,13 @@ def _prove_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream:
 
 
 def _upstream_key_repeated(spark: SparkSession, plan: QueryPlan, upstream: UpstreamInfo) -> str | None:
-    """Which upstream key the pinned epoch holds twice (key columns of every file), if any."""
+    """Which upstream key the pinned epoch holds twice, if any: none when the files prove
+    the key unique on the driver (`key_proved_from_files`), else counted by Spark over
+    every file's key columns."""
     from pyspark.sql import functions as F
 
+    if key_proved_from_files(upstream.uri, upstream.version, plan.upstream_key):
+        return None
     every_file = Chunk(0, tuple(list_data_files(upstream.uri, upstream.version)))
     if not every_file.files:
         return None  # an empty upstream
