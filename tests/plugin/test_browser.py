@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,9 +31,9 @@ from airflow_backfill.job import BackfillJob
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = shutil.which("chromium")
-IMAGES = Path(os.environ.get("AIRFLOW_BACKFILL_SCREENSHOTS") or tempfile.mkdtemp(prefix="airflow_backfill-screens-"))
-"""Where the screenshots go: a temporary folder, or `docs/images` when refreshing the docs'
-pictures (`AIRFLOW_BACKFILL_SCREENSHOTS=docs/images bash scripts/test.sh tests/plugin/test_browser.py`)."""
+SCREENSHOTS = os.environ.get("AIRFLOW_BACKFILL_SCREENSHOTS")
+"""`docs/images` when refreshing the docs' pictures
+(`AIRFLOW_BACKFILL_SCREENSHOTS=docs/images bash scripts/test.sh tests/plugin/test_browser.py`)."""
 FILES = 6
 ROWS_PER_FILE = 20
 """At the job's 20 rows/s, each one-file chunk takes at least a second."""
@@ -44,6 +43,14 @@ pauses it once the first round is done, while the second runs: it holds before t
 
 if CHROMIUM is None:
     pytest.skip("Chromium is missing: run scripts/install.sh", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    """Where the screenshots go: `SCREENSHOTS`, or a folder pytest cleans up like its others."""
+    folder = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path_factory.mktemp("screens")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -121,15 +128,14 @@ def joined(thread: threading.Thread, errors: list[BaseException]) -> None:
     assert not thread.is_alive() and not errors, errors
 
 
-def save_screenshots(pages: dict[str, object], name: str) -> None:
-    """progress_<name>_<light|dark>.png in IMAGES, as docs/ui.md shows them."""
+def save_screenshots(pages: dict[str, object], name: str, images: Path) -> None:
+    """progress_<name>_<light|dark>.png in `images`, as docs/ui.md shows them."""
     from playwright.sync_api import expect
 
-    IMAGES.mkdir(parents=True, exist_ok=True)
     for mode, page in pages.items():
         expect(page.get_by_test_id("updated")).to_contain_text("Updated")
         assert page.evaluate('document.documentElement.classList.contains("dark")') == (mode == "dark")
-        path = IMAGES / f"progress_{name}_{mode}.png"
+        path = images / f"progress_{name}_{mode}.png"
         full_height_screenshot(page, path)
         assert path.stat().st_size > 10_000
 
@@ -147,7 +153,7 @@ def full_height_screenshot(page, path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_a_job_through_its_three_phases_with_live_control(api_server, spark, open_page):
+def test_a_job_through_its_three_phases_with_live_control(api_server, spark, open_page, images):
     from playwright.sync_api import expect
 
     job = BackfillJob.from_mapping(job_spec(BROWSER_JOB, api_server.tables), origin="test")
@@ -177,7 +183,7 @@ def test_a_job_through_its_three_phases_with_live_control(api_server, spark, ope
     expect(message).to_contain_text("Stored: backfill parallelism 1 (override)", timeout=30_000)
     expect(message).to_contain_text("Applies at the next snapshot chunk")
     expect(page.get_by_test_id(f"next-step-{name}")).to_contain_text("Next: catch-up")
-    save_screenshots(pages, "snapshot")
+    save_screenshots(pages, "snapshot", images)
     joined(runner, errors)
     expect(page.get_by_test_id(f"commits-{name}")).to_contain_text("snapshot", timeout=30_000)
     expect(page.get_by_test_id(f"snapshot-progress-{name}-label")).to_have_text("100 % · done")
@@ -202,7 +208,7 @@ def test_a_job_through_its_three_phases_with_live_control(api_server, spark, ope
     assert read_overrides(job.target)["rate_limit"] == 0
     expect(page.get_by_test_id(f"phase-step-{name}-catch_up")).to_have_attribute("data-state", "current")
     expect(page.get_by_test_id(f"lag-chart-{name}")).to_be_visible()
-    save_screenshots(pages, "catch_up")
+    save_screenshots(pages, "catch_up", images)
     page.get_by_test_id(f"resume-{name}").click()
     expect(message).to_contain_text("rate limit 40 rows/s (override)")
     assert read_overrides(job.target) == {"backfill_parallelism": 1, "rate_limit": 40, "max_round_epochs": 1}
@@ -219,7 +225,7 @@ def test_a_job_through_its_three_phases_with_live_control(api_server, spark, ope
     expect(page.get_by_test_id(f"phase-step-{name}-forward")).to_have_attribute("data-state", "current", timeout=30_000)
     expect(page.get_by_test_id(f"lag-epochs-{name}")).to_have_text("0 epochs")
     expect(page.get_by_test_id(f"next-step-{name}")).to_contain_text("until its task stops")
-    save_screenshots(pages, "forward")
+    save_screenshots(pages, "forward", images)
     reset_overrides(job.target)
 
 
@@ -323,8 +329,8 @@ def test_the_page_is_in_the_browse_menu_and_links_into_airflow(open_page, api_se
     expect(page).to_have_url(dag_page)
 
 
-def test_the_example_dags_graph(open_page):
-    """dag_graph.png in IMAGES, shown by the README."""
+def test_the_example_dags_graph(open_page, images):
+    """dag_graph.png in `images`, shown by the README."""
     from playwright.sync_api import expect
 
     page = open_page(f"/dags/{EXAMPLE_DAG_ID}", "viewer", width=1400, height=640)
@@ -335,7 +341,6 @@ def test_the_example_dags_graph(open_page):
     expect(page.get_by_text("wait_caught_up")).to_be_visible()
     page.get_by_role("button", name="Fit View").click()
     page.wait_for_timeout(500)
-    path = Path(IMAGES / "dag_graph.png")
-    IMAGES.mkdir(parents=True, exist_ok=True)
+    path = images / "dag_graph.png"
     page.screenshot(path=str(path))
     assert path.stat().st_size > 10_000
