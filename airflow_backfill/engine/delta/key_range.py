@@ -152,11 +152,10 @@ def table_key_max(uri: str, column: str, version: int | None = None) -> Any:
     return pc.max(values).as_py()
 
 
-def integer_key_ranges(uri: str, version: int, columns: Sequence[str]) -> list[tuple[int, int]] | None:
-    """Per integer column of `columns`, the (lowest, highest) value of the table's files at
-    `version`, from their statistics; None when a column is not an integer one or some
-    file has no statistic for it (then nothing is known)."""
-    actions = pa.table(delta_table(uri, version).get_add_actions(flatten=True))
+def integer_key_ranges(actions: pa.Table, columns: Sequence[str]) -> list[tuple[int, int]] | None:
+    """Per integer column of `columns`, the (lowest, highest) value of a table's files (their
+    add actions, flattened), from their statistics; None when a column is not an integer
+    one or some file has no statistic for it (then nothing is known)."""
     names = {name.lower(): name for name in actions.column_names}
     ranges = []
     for column in columns:

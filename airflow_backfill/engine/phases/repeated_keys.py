@@ -105,10 +105,13 @@ def key_proved_from_files(uri: str, version: int, key: Sequence[str]) -> bool:
     no Spark job: by a bitmap over an integer key's range from the files' statistics
     (`dense_keys`), else by the order of their keys (`ordered_keys`). False when they
     cannot tell; the caller then counts the keys with Spark."""
-    names = {name.lower(): name for name in arrow_schema(open_upstream(uri, version)).names}
+    table = open_upstream(uri, version)
+    names = {name.lower(): name for name in arrow_schema(table).names}
     columns = [names.get(column.lower(), column) for column in key]
-    paths = [file.path for file in list_data_files(uri, version, columns[0])]  # by smallest key: overlaps show early
-    ranges = integer_key_ranges(uri, version, columns)
+    actions = pa.table(table.get_add_actions(flatten=True))
+    # in order of their smallest key: runs that overlap show early
+    paths = [file.path for file in list_data_files(uri, version, columns[0], actions=actions)]
+    ranges = integer_key_ranges(actions, columns)
     if ranges is not None and fits(ranges):
         proved, how = keys_unique_in_range(paths, columns, ranges), "the files' key ranges"
     else:

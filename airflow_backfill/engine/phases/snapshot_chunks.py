@@ -68,11 +68,14 @@ class Chunk:
         return sum(f.size for f in self.files)
 
 
-def list_data_files(uri: str, version: int, key_column: str | None = None) -> list[DataFile]:
+def list_data_files(uri: str, version: int, key_column: str | None = None, *,
+                    actions: pa.Table | None = None) -> list[DataFile]:
     """A table's data files at `version`, in a stable order, with row counts; with
     `key_column`, ordered by each file's smallest value of it when every file records one
-    (see `file_order`)."""
-    actions = pa.table(open_upstream(uri, version).get_add_actions(flatten=True))
+    (see `file_order`). `actions`: the version's add actions (flattened), when the caller
+    read them already."""
+    if actions is None:
+        actions = pa.table(open_upstream(uri, version).get_add_actions(flatten=True))
     wanted = f"min.{key_column}".lower() if key_column is not None else None
     minimum = next((name for name in actions.column_names if name.lower() == wanted), None)
     minimums = actions.column(minimum).to_pylist() if minimum else [None] * actions.num_rows
