@@ -36,7 +36,8 @@ MAX_BITS = 1 << 30
 need 420 M bits (52 MiB)."""
 
 BATCH_ROWS = 65_536
-"""Key rows decoded at a time."""
+"""Key rows decoded at a time, by this proof and `ordered_keys` (1 MiB for a key of two
+8-byte columns)."""
 
 
 def fits(ranges: Sequence[tuple[int, int]]) -> bool:

@@ -27,15 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from airflow_backfill.engine.delta.dense_keys import BATCH_ROWS
 from airflow_backfill.storage.files import parquet_batches
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
-
-BATCH_ROWS = 65_536
-"""Key rows decoded at a time (1 MiB for a key of two 8-byte columns)."""
 
 MAX_RUNS = 10_000
 """Runs of increasing keys kept at most (a few MiB of spans); more means the rows are in
