@@ -4,12 +4,20 @@ more rows than the limit stay where Spark computed them."""
 
 from __future__ import annotations
 
+import datetime
 from decimal import Decimal
 
 import pytest
 
 from airflow_backfill.engine.delta.commits import PRESENT
-from airflow_backfill.engine.delta.driver_rows import held_in_driver, is_local
+from airflow_backfill.engine.delta.driver_rows import (
+    distinct_rows,
+    held_in_driver,
+    is_local,
+    local_arrow,
+    local_join,
+    local_relation,
+)
 from airflow_backfill.engine.delta.key_range import key_range, key_range_of_rows
 
 pytestmark = pytest.mark.spark
@@ -71,3 +79,49 @@ def test_a_plan_over_a_table_is_refused_without_planning_its_scan(spark, tmp_pat
     assert not is_local(joined)
     assert _jobs(spark) == before
     assert sorted(row.k for row in joined.collect()) == [3, 7]
+
+
+def _local(spark, rows, schema):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_string
+
+    struct = _parse_datatype_string(schema)
+    table = pa.Table.from_pylist([dict(zip(struct.names, row, strict=True)) for row in rows],
+                                 schema=to_arrow_schema(struct))
+    local = local_relation(spark, table, struct)
+    assert local is not None
+    return local
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "left_anti", "left_semi"])
+def test_joins_of_local_relations_match_spark_and_stay_local(spark, how):
+    left = _local(spark, [(1, 1, "a"), (1, 2, "b"), (2, None, "c"), (None, 1, "d"), (3, 3, "e")],
+                  "k long, n int, s string")
+    right = _local(spark, [(1, 1, Decimal("1.50")), (1, 1, Decimal("2.50")), (2, None, Decimal("3.00")),
+                           (None, 1, Decimal("4.00")), (1, 2, None)], "rk long, rn long, v decimal(9,2)")
+    before = _jobs(spark)
+    joined = local_join(left, right, ["k", "n"], ["rk", "rn"], how)  # n int against rn long
+    assert joined is not None and is_local(joined) and _jobs(spark) == before
+    expected = left.join(right, (left.k == right.rk) & (left.n == right.rn), how)
+    assert joined.schema == expected.schema
+    assert sorted(joined.collect(), key=str) == sorted(expected.collect(), key=str)
+
+
+def test_what_the_driver_does_not_join_is_left_to_spark(spark):
+    left = _local(spark, [(1, "a")], "k long, s string")
+    assert local_join(left, spark.range(3).selectExpr("id AS k2"), ["k"], ["k2"], "inner") is None  # not local
+    assert local_join(left, _local(spark, [(1, "b")], "k long, s string"), ["k"], ["k"], "inner") is None  # names
+    assert local_join(left, _local(spark, [(1, "b")], "k long, s string"), ["k"], ["k"], "left_anti") is not None
+    timed = spark.createDataFrame([(1, datetime.datetime(2020, 1, 1))], "k long, t timestamp")
+    assert local_arrow(timed) is None  # collected as local times, where Arrow holds instants
+
+
+def test_distinct_rows_of_a_local_relation_match_spark(spark):
+    local = _local(spark, [(1, "a"), (1, "a"), (None, "a"), (None, "a"), (2, None)], "k long, s string")
+    distinct = distinct_rows(local, ["s", "k"])
+    assert is_local(distinct)
+    assert sorted(distinct.collect(), key=str) == sorted(local.select("s", "k").distinct().collect(), key=str)
+    assert not is_local(distinct_rows(_computed(spark), ["k"]))  # computed rows: Spark's distinct
+    floats = _local(spark, [(float("nan"),), (float("nan"),), (-0.0,), (0.0,)], "f double")
+    assert distinct_rows(floats, ["f"]).count() == 2 and not is_local(distinct_rows(floats, ["f"]))

@@ -12,6 +12,7 @@ import random
 
 import pytest
 from helpers_delta import mv_commits
+from join_reads import driver_lookups, spark_reads_only
 from join_upstreams import create_all, random_epoch, sources
 
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
@@ -40,8 +41,11 @@ CASES = {"stateless": (QUERY, ["i_order", "i_line"], "_leaving_mv_rows", {"order
          "aggregate": (AGGREGATE_QUERY, ["o_id", "o_day"], "_leaving_groups", {"orders"})}
 
 
-@pytest.mark.parametrize("shape", sorted(CASES))
-def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, tmp_path, monkeypatch, shape):
+@pytest.mark.parametrize(("shape", "reads"), [("stateless", "driver"), ("stateless", "spark"), ("aggregate", "driver")])
+def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, tmp_path, monkeypatch, shape, reads):
+    if reads == "spark":
+        spark_reads_only(monkeypatch)
+    looked_up = driver_lookups(monkeypatch)
     query, key, reader_name, held = CASES[shape]
     tables = create_all(str(tmp_path), seed=7, sizes={"customer": 10, "orders": 11, "items": 20})
     job = BackfillJob(name="inner", target=str(tmp_path / "mv"), query=query, sources=sources(tables),
@@ -75,6 +79,7 @@ def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, t
     # the tiny MV is written the cheapest way, an overwrite (tests/test_joins.py covers the others)
     plans = [commit["airflow_backfill.plan"] for commit in mv_commits(job.target) if "airflow_backfill.plan" in commit]
     assert any("overwrite" in plan for plan in plans), plans
+    assert bool(looked_up) == (reads == "driver"), looked_up
 
 
 def test_only_joins_without_left_joins_take_the_leave_and_arrive_rule():

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import is_object_store
@@ -118,16 +118,20 @@ def parquet_batches(uri: str, columns: list[str], batch_rows: int, *,
                     dictionary: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
     """`columns` of one Parquet file, `batch_rows` rows at a time (`dictionary`: columns read
     dictionary-encoded), so the driver holds one batch of a large file at once."""
+    # buffered: no whole column chunk held
+    with parquet_file(uri, read_dictionary=list(dictionary), buffer_size=1 << 20) as parquet:
+        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+
+
+def parquet_file(uri: str, **options: Any) -> pq.ParquetFile:
+    """One Parquet file opened for reading its row groups or batches (`options`: those of
+    `pyarrow.parquet.ParquetFile`); use it as a context manager."""
     import pyarrow.parquet as pq
 
-    options = {"read_dictionary": list(dictionary), "buffer_size": 1 << 20}  # no whole column chunk held
     if not is_object_store(uri):
-        parquet = pq.ParquetFile(uri.removeprefix("file://"), **options)
-    else:
-        filesystem, path = _remote(uri)
-        parquet = pq.ParquetFile(filesystem.open_input_file(path), **options)
-    with parquet:
-        yield from parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+        return pq.ParquetFile(uri.removeprefix("file://"), **options)
+    filesystem, path = _remote(uri)
+    return pq.ParquetFile(filesystem.open_input_file(path), **options)
 
 
 def parquet_metadata(uri: str) -> pq.FileMetaData:

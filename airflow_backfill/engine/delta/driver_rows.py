@@ -11,6 +11,7 @@ answers collects without a job, so the questions cost driver time only.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.listed_files import scala_items
@@ -25,6 +26,10 @@ log = logging.getLogger(__name__)
 DRIVER_ROWS = 10_000
 """The most rows a round holds in the driver (a few MB for the narrow rows of an
 aggregate's touched groups); larger results stay where Spark computed them."""
+
+DRIVER_JOIN_ROWS = 1_000_000
+"""The most rows of both sides together that `local_join` joins in the driver (Arrow's
+hash join; local relations that large are bounded by Spark's own threshold first)."""
 
 
 def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | None:
@@ -57,7 +62,15 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     """Arrow rows as a Spark local relation of `schema`; None when Spark would not hold
     them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`)."""
     local = spark.createDataFrame(table, schema=schema)
-    return local if is_local(local) else None
+    if not is_local(local):
+        return None
+    _ARROW_OF[local] = table
+    return local
+
+
+_ARROW_OF: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
+"""The Arrow rows each local relation `local_relation` made was made from: `local_arrow`
+takes them back without collecting them through Spark."""
 
 
 def is_local(frame: DataFrame) -> bool:
@@ -77,3 +90,94 @@ def is_local(frame: DataFrame) -> bool:
 
 _LOCAL_LEAVES = frozenset({"LocalRelation", "OneRowRelation"})
 """Leaves of plans Spark's optimizer may fold into one local relation."""
+
+
+_ARROW_JOINS = {"inner": "inner", "left": "left outer", "left_anti": "left anti", "left_semi": "left semi"}
+"""Spark's join kinds and Arrow's names for them (both: NULL never equals)."""
+
+
+def local_arrow(frame: DataFrame) -> pa.Table | None:
+    """The rows of a local relation as Arrow, without a job (Spark collects a local
+    relation from the driver's rows); None when `frame` is not local, or holds timestamps
+    (their collected values are local times, Arrow's are instants) or types Arrow cannot
+    carry."""
+    import pyarrow as pa
+    from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    if any(isinstance(f.dataType, (TimestampType, TimestampNTZType)) for f in frame.schema.fields):
+        return None
+    made = _ARROW_OF.get(frame)
+    if made is not None:
+        return made
+    if not is_local(frame):
+        return None
+    try:
+        schema = to_arrow_schema(frame.schema, error_on_duplicated_field_names_in_struct=True)
+        rows = frame.collect()
+        return pa.table([pa.array([row[n] for row in rows], type=field.type) for n, field in enumerate(schema)],
+                        schema=schema)
+    except (PySparkException, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("rows kept in Spark: %s", error)
+        return None
+
+
+def local_join(left: DataFrame, right: DataFrame, left_columns: list[str], right_columns: list[str],
+               how: str) -> DataFrame | None:
+    """`left` joined with `right` where each of `left_columns` equals its `right_columns`
+    (`how`: inner, left, left_anti or left_semi), computed by the driver with Arrow when
+    both are local relations of few rows: the result is a local relation again, so a
+    chain of such joins runs no Spark job. None when Spark must join them (a side not
+    local, overlapping column names, a type Arrow does not join)."""
+    from pyspark.sql.types import StructField, StructType
+
+    keeps_right = how in ("inner", "left")
+    if keeps_right and set(left.columns) & set(right.columns):
+        return None
+    left_rows = local_arrow(left)
+    right_rows = None if left_rows is None else local_arrow(right)
+    if left_rows is None or right_rows is None or left_rows.num_rows + right_rows.num_rows > DRIVER_JOIN_ROWS:
+        return None
+    import pyarrow as pa
+
+    try:
+        right_rows = right_rows.cast(pa.schema([
+            field.with_type(left_rows.schema.field(left_columns[right_columns.index(field.name)]).type)
+            if field.name in right_columns else field for field in right_rows.schema]))
+        joined = left_rows.join(right_rows, keys=left_columns, right_keys=right_columns,
+                                join_type=_ARROW_JOINS[how], coalesce_keys=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("join left to Spark: %s", error)
+        return None
+    if not keeps_right:
+        return local_relation(left.sparkSession, joined.select(left.columns), left.schema)
+    padded = how == "left"
+    schema = StructType([*left.schema.fields, *(StructField(f.name, f.dataType, f.nullable or padded)
+                                                 for f in right.schema.fields)])
+    return local_relation(left.sparkSession, joined.select(schema.names), schema)
+
+
+def distinct_rows(frame: DataFrame, columns: list[str]) -> DataFrame:
+    """The distinct rows of `frame`'s `columns`: a local relation computed by the driver
+    when `frame` is local (Spark's distinct of it would be a job), else Spark's distinct."""
+    from pyspark.sql import functions as F
+
+    selected = frame.select(*(F.col("`" + c.replace("`", "``") + "`") for c in columns))
+    rows = local_arrow(selected)
+    if rows is None or any(_floating(f.type) for f in rows.schema):  # NaN and -0.0 group otherwise in Spark
+        return selected.distinct()
+    unique = rows.group_by(rows.column_names, use_threads=False).aggregate([]).select(rows.column_names)
+    local = local_relation(frame.sparkSession, unique, selected.schema)
+    return selected.distinct() if local is None else local
+
+
+def row_count(frame: DataFrame) -> int:
+    """`frame`'s rows: counted by the driver when it is local, else by a Spark job."""
+    return len(frame.collect()) if is_local(frame) else frame.count()
+
+
+def _floating(data_type: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_floating(data_type)

@@ -30,8 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.change_feed import read_change_feed
-from airflow_backfill.engine.delta.driver_feed import feed_in_driver
+from airflow_backfill.engine.delta.change_feed import ARRIVING, CHANGE_TYPE, LEAVING, read_change_feed
+from airflow_backfill.engine.delta.driver_feed import FEED_ROWS, HeldFeed, feed_in_driver
+from airflow_backfill.engine.delta.driver_rows import held_in_driver, local_relation, row_count
 from airflow_backfill.engine.joins.relation import (
     Reader,
     flat_schema,
@@ -88,7 +89,7 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
             read = reader(spark, job, plan, versions)
             changes = netted_changes(spark, job, plan, index, old[table.name], new[table.name])
             cached.append(changes)
-            change_rows += changes.count()
+            change_rows += row_count(changes)
             terms.append(walk(plan, index, changes, read, cached=cached))
             if table.kind == LEFT:
                 terms.append(_padding_changes(spark, job, plan, index, changes, read, new[table.name], cached))
@@ -105,7 +106,9 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
                     new: int) -> DataFrame:
     """Table `index`'s change rows over (old, new] as flat rows with `__sign`, netted per
     whole row: a row that left and came back, or an update of columns the query does not
-    read, cancels out before anything is joined. Cached by the caller's count."""
+    read, cancels out before anything is joined. A feed the driver read is netted by the
+    driver into a local relation (the walks then join it there too), any other is cached
+    by the caller's count."""
     from pyspark.sql import functions as F
 
     table = plan.tables[index]
@@ -113,13 +116,43 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
     held = feed_in_driver(spark, uri, old, new, list(table.columns))
     feed = held.frame if held is not None else read_change_feed(spark, uri, old, new, list(table.columns))
     columns = plan.flat_columns(index)
-    return (
+    netted = (
         signed_rows(feed, list(table.columns))
         .select(*(F.col(quote(c)).alias(f) for c, f in zip(table.columns, columns, strict=True)), SIGN)
         .groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).cast("int").alias(SIGN))
         .filter(F.col(SIGN) != 0)
-        .cache()
     )
+    local = None if held is None else _netted_in_driver(spark, held, list(table.columns), columns)
+    if local is None and held is not None:
+        local = held_in_driver(netted, FEED_ROWS)
+    return local if local is not None else netted.cache()
+
+
+def _netted_in_driver(spark: SparkSession, held: HeldFeed, own: list[str], flat: list[str]) -> DataFrame | None:
+    """The held feed's rows signed and netted per whole row by Arrow, as a local relation
+    with the same rows as Spark's netting (no job); None for floating-point columns (Spark
+    groups NaN and -0.0 otherwise) or types Arrow does not group."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    rows = held.table
+    if any(pa.types.is_floating(rows.schema.field(c).type) for c in own):
+        return None
+    kinds = rows.column(CHANGE_TYPE)
+    sign = pc.if_else(pc.is_in(kinds, pa.array(ARRIVING)), 1,
+                      pc.if_else(pc.is_in(kinds, pa.array(LEAVING)), -1, pa.scalar(None, pa.int64())))
+    signed = pa.table([*(rows.column(c) for c in own), sign], names=[*flat, SIGN]).filter(pc.is_valid(sign))
+    try:
+        summed = signed.group_by(flat, use_threads=False).aggregate([(SIGN, "sum")])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    netted = summed.filter(pc.not_equal(summed.column(f"{SIGN}_sum"), 0))
+    types = {field.name: field.dataType for field in held.frame.schema.fields}
+    schema = StructType([*(StructField(f, types[c], True) for c, f in zip(own, flat, strict=True)),
+                         StructField(SIGN, IntegerType(), True)])
+    return local_relation(spark, pa.table([*(netted.column(c) for c in flat), netted.column(f"{SIGN}_sum").cast(
+        pa.int32())], names=schema.names), schema)
 
 
 def _padding_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, changes: DataFrame,

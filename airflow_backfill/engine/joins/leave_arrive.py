@@ -34,7 +34,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.aggregates.state import read_state
+from airflow_backfill.engine.delta.driver_rows import distinct_rows, is_local, local_join
 from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
 from airflow_backfill.engine.joins.relation import Reader, edge, first_hop_columns, walk
 from airflow_backfill.engine.phases.changes import SIGN
@@ -125,11 +127,21 @@ def _keys_held(plan: JoinPlan, tables: Mapping[int, DataFrame]) -> dict[int, tup
 def _sides(plan: JoinPlan, index: int, changes: DataFrame) -> dict[bool, tuple[int, dict[str, tuple[Any, Any]]]]:
     """Per side of table `index`'s netted changes (True: gained rows, False: lost), its rows
     and the range of each column its walk bounds the next tables by (`first_hop_columns`),
-    in one job: the walk's first hop then reads no bounds of its own. Sides without rows
-    are left out."""
+    in one job (none for changes the driver holds): the walk's first hop then reads no
+    bounds of its own. Sides without rows are left out."""
     from pyspark.sql import functions as F
 
     columns = first_hop_columns(plan, index)
+    if is_local(changes):  # counted by the driver, no job
+        held = changes.select(SIGN, *(quote(c) for c in columns)).collect()
+        sides = {}
+        for gained in (True, False):
+            rows = [row for row in held if (row[0] > 0) == gained]
+            values = [[row[1 + n] for row in rows if row[1 + n] is not None] for n in range(len(columns))]
+            if rows:
+                sides[gained] = (len(rows), {c: (min(v, default=None), max(v, default=None))
+                                             for c, v in zip(columns, values, strict=True)})
+        return sides
     ranges = [agg for c in columns for agg in (F.min(F.col(quote(c))), F.max(F.col(quote(c))))]
     found = changes.groupBy((F.col(SIGN) > 0).alias("__gained")).agg(F.count(F.lit(1)), *ranges).collect()
     return {row[0]: (row[1], {c: (row[2 + 2 * n], row[3 + 2 * n]) for n, c in enumerate(columns)})
@@ -161,7 +173,8 @@ def _keys(plan: JoinPlan, index: int, rows: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     table = plan.tables[index]
-    return rows.select(*(F.col(quote(flat_column(table.name, c))).alias(c) for c in table.primary_key)).distinct()
+    own = rows.select(*(F.col(quote(flat_column(table.name, c))).alias(c) for c in table.primary_key))
+    return distinct_rows(own, list(table.primary_key))
 
 
 def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
@@ -180,10 +193,14 @@ def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
         key = plan.tables[there].primary_key
         if not all(column.lower() in by_key for column in key):
             continue
-        renamed = keys.select(*(F.col(quote(c)).alias(f"__excluded{n}") for n, c in enumerate(key)))
-        condition = _all(F.col(quote(flat_column(plan.tables[index].name, by_key[c.lower()]))) == F.col(f"__excluded{n}")
-                         for n, c in enumerate(key))
-        rows, filtered = rows.join(F.broadcast(renamed), condition, "left_anti"), True
+        excluded_columns = [f"__excluded{n}" for n in range(len(key))]
+        renamed = keys.select(*(F.col(quote(c)).alias(e) for c, e in zip(key, excluded_columns, strict=True)))
+        mine = [flat_column(plan.tables[index].name, by_key[c.lower()]) for c in key]
+        kept = local_join(rows, renamed, mine, excluded_columns, "left_anti")
+        if kept is None:
+            condition = _all(F.col(quote(m)) == F.col(e) for m, e in zip(mine, excluded_columns, strict=True))
+            kept = rows.join(F.broadcast(renamed), condition, "left_anti")
+        rows, filtered = kept, True
     return rows, filtered
 
 
@@ -195,23 +212,26 @@ class _ReaderWithout(Reader):
         super().__init__(spark, job, plan, versions)
         self._excluded, self._tables = dict(excluded), plan.tables
 
-    def __call__(self, index: int) -> DataFrame:
+    def _kept(self, index: int, rows: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
-        rows = super().__call__(index)
         keys = self._excluded.get(index)
         if keys is None:
             return rows
-        return rows.join(F.broadcast(keys), list(self._tables[index].primary_key), "left_anti")
+        key = list(self._tables[index].primary_key)
+        kept = local_join(rows, keys, key, key, "left_anti")
+        return kept if kept is not None else rows.join(F.broadcast(keys), key, "left_anti")
 
 
 def _leaving_mv_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost: Mapping[int, DataFrame],
                      mv_keys: Mapping[int, tuple[str, ...]]) -> DataFrame:
     """The MV's rows that hold a lost row of a table in `lost` (whose key the MV selects
-    as `mv_keys`), with `__sign` -1: one scan of the MV, each lost table's keys broadcast."""
+    as `mv_keys`), with `__sign` -1: one scan of the MV, each lost table's keys broadcast.
+    The MV is read from the file list of its checksum where it has one (`read_table`): the
+    version the last round committed then needs no state rebuilt for the scan."""
     from pyspark.sql import functions as F
 
-    mv = spark.read.format("delta").load(job.target)
+    mv = read_table(spark, job.target)
     return _holding(plan, mv, lost, mv_keys).select(*(quote(c) for c in mv.columns), F.lit(-1).alias(SIGN))
 
 

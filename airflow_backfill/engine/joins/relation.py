@@ -15,10 +15,20 @@ the relation the walk builds is the `source` of the planned flat query.
 from __future__ import annotations
 
 import functools
+import logging
 import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.engine.delta.driver_lookup import LOOKUP_KEYS, lookup_rows
+from airflow_backfill.engine.delta.driver_rows import (
+    arrow_rows,
+    distinct_rows,
+    is_local,
+    local_arrow,
+    local_join,
+    local_relation,
+)
 from airflow_backfill.engine.delta.key_range import boundable
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning.aggregate_sql import quote
@@ -29,6 +39,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
+
 
 def upstream_uri(job: BackfillJob, name: str) -> str:
     return next(upstream.table for upstream in job.upstreams if upstream.name == name)
@@ -45,9 +58,34 @@ class Reader:
     def __call__(self, index: int) -> DataFrame:
         if index not in self._read:
             name = self._plan.tables[index].name
-            self._read[index] = self._spark.read.format("delta").option("versionAsOf", self._versions[name]) \
-                .load(upstream_uri(self._job, name))
+            self._read[index] = self._kept(index, self._spark.read.format("delta")
+                                           .option("versionAsOf", self._versions[name]).load(upstream_uri(self._job, name)))
         return self._read[index]
+
+    def _kept(self, index: int, rows: DataFrame) -> DataFrame:
+        """The rows of table `index` a round reads of those it holds (all of them)."""
+        return rows
+
+    def lookup(self, index: int, columns: list[str], keys: DataFrame, key_columns: list[str]) -> DataFrame | None:
+        """Table `index` (flat) where its `columns` equal a row of `keys` (`key_columns`, in
+        the same order), read by the driver as a local relation (`driver_lookup`: no Delta
+        scan planned, no Spark job but the one that collects the keys); None when the
+        driver does not read it (too many keys or rows, deletion vectors). Keys in a local
+        relation are taken without a job."""
+        selected = keys.select(*(quote(k) for k in key_columns))
+        held = local_arrow(selected)
+        if held is None:
+            held = arrow_rows(selected, LOOKUP_KEYS)
+        if held is None:
+            return None
+        table = self._plan.tables[index]
+        found = lookup_rows(upstream_uri(self._job, table.name), self._versions[table.name], table.columns, columns,
+                            held, timezone=self._spark.conf.get("spark.sql.session.timeZone"))
+        local = None if found is None else local_relation(self._spark, *found)
+        if local is None:
+            log.info("rows of %s at the round's keys left to Spark", table.name)
+            return None
+        return flat_rows(self._kept(index, local), self._plan, index)
 
     def skippable(self, index: int) -> bool:
         """Whether bounds on its join column could skip files: the upstream has several
@@ -116,7 +154,9 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
     """`rows` (flat columns of table `start`, plus any carried columns) joined with every
     other table except `skip`, along the tree. The columns of `skip` are NULL (rows in
     which those tables are padded). Intermediate results are cached into `cached` (each
-    is read twice: for the next table's bounds and for its join). Without `semi_join` (a
+    is read twice: for the next table's bounds and for its join), unless the driver holds
+    them: a round's few rows and the rows the driver looked up for them
+    (`Reader.lookup`) are joined by the driver (`local_join`), with no Spark job. Without `semi_join` (a
     snapshot chunk, large and not cached) only the tables next to `start` get bounds:
     bounds further out would recompute the joins so far. Without `bounded` none do (rows
     that span every key would pay a scan for bounds that skip nothing). `start_bounds`:
@@ -130,18 +170,22 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
                 continue
             kind, pairs = edge(plan, here, there)
             here_columns = [flat_column(plan.tables[here].name, c) for c, _ in pairs]
-            if cached is not None:
+            if cached is not None and not is_local(current):
                 current = current.cache()
                 cached.append(current)
-            keys = current.select(*(quote(c) for c in here_columns)).distinct() if semi_join \
+            keys = distinct_rows(current, here_columns) if semi_join \
                 else current.select(*(quote(c) for c in here_columns))
             known = (start_bounds or {}).get(here_columns[0]) if here == start else None
-            other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
-                               semi_join=semi_join,
-                               bounded=bounded and (semi_join or here == start) and read.skippable(there),
-                               known=known)
-            condition = _equal(here_columns, [flat_column(plan.tables[there].name, c) for _, c in pairs])
-            current = current.join(other, condition, "inner" if kind == INNER else "left")
+            other = read.lookup(there, [c for _, c in pairs], keys, here_columns) if semi_join else None
+            if other is None:
+                other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
+                                   semi_join=semi_join,
+                                   bounded=bounded and (semi_join or here == start) and read.skippable(there),
+                                   known=known)
+            there_columns = [flat_column(plan.tables[there].name, c) for _, c in pairs]
+            how = "inner" if kind == INNER else "left"
+            joined = local_join(current, other, here_columns, there_columns, how) if semi_join else None
+            current = joined if joined is not None else current.join(other, _equal(here_columns, there_columns), how)
             included.add(there)
             queue.append(there)
     return with_padded(current, plan, skip, read)
