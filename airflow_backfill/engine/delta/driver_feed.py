@@ -36,7 +36,7 @@ from airflow_backfill.engine.delta.change_feed import (
     check_range_readable,
 )
 from airflow_backfill.engine.delta.driver_rows import local_relation
-from airflow_backfill.engine.delta.log import commit_actions, load_table
+from airflow_backfill.engine.delta.log import commit_actions, load_table, spark_schema
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -282,8 +282,6 @@ def _upstream_schema(source: str, end_version: int) -> StructType | None:
     """The upstream's Spark schema as of `end_version` from its Delta metadata (no JVM
     call); None for partition columns or column mapping, whose files do not hold the
     logical columns as named."""
-    from pyspark.sql.types import StructType
-
     table = load_table(source)
     if any("metaData" in action for version in range(end_version + 1, table.version() + 1)
            for action in commit_actions(source, version)):
@@ -292,7 +290,7 @@ def _upstream_schema(source: str, end_version: int) -> StructType | None:
     mapping = metadata.configuration.get("delta.columnMapping.mode", "none")
     if metadata.partition_columns or mapping not in ("none", None):
         return None
-    return StructType.fromJson(json.loads(table.schema().to_json()))
+    return spark_schema(table)
 
 
 def _change_files(source: str, watermark: int, end_version: int, limit: int,

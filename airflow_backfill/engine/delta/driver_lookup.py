@@ -20,12 +20,11 @@ type other than integers, strings, dates and decimals, files too large to scan.
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.log import delta_table
+from airflow_backfill.engine.delta.log import delta_table, spark_schema
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -61,7 +60,7 @@ def lookup_rows(uri: str, version: int, columns: Sequence[str], key_columns: Seq
     keys = keys.drop_null()
     if keys.num_rows > LOOKUP_KEYS:
         return None
-    schema = _spark_schema(table)
+    schema = spark_schema(table)
     names = {name.lower(): name for name in schema.names}
     if any(c.lower() not in names for c in [*columns, *key_columns]):
         return None
@@ -88,12 +87,6 @@ def lookup_rows(uri: str, version: int, columns: Sequence[str], key_columns: Seq
         log.info("lookup in %s left to Spark: %s", uri, error)
         return None
     return (pa.concat_tables(rows) if rows else target.empty_table()), wanted_schema
-
-
-def _spark_schema(table: Any) -> StructType:
-    from pyspark.sql.types import StructType
-
-    return StructType.fromJson(json.loads(table.schema().to_json()))
 
 
 def _arrow_types(schema: StructType, columns: Sequence[str], timezone: str | None) -> pa.Schema | None:

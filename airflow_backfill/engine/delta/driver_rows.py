@@ -96,6 +96,30 @@ _ARROW_JOINS = {"inner": "inner", "left": "left outer", "left_anti": "left anti"
 """Spark's join kinds and Arrow's names for them (both: NULL never equals)."""
 
 
+def arrow_of(frame: DataFrame) -> pa.Table | None:
+    """The Arrow rows `frame` was made from by `local_relation` (None for any other frame)."""
+    return _ARROW_OF.get(frame)
+
+
+def select_columns(frame: DataFrame, columns: list[str], names: list[str] | None = None) -> DataFrame:
+    """`frame`'s `columns`, renamed to `names`: taken from the Arrow rows `frame` was made
+    from when the driver holds them (the result is such a local relation too, so the next
+    step needs no collect), else Spark's select."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
+
+    names = list(columns) if names is None else list(names)
+    rows = arrow_of(frame)
+    if rows is not None:
+        fields = {field.name: field for field in frame.schema.fields}
+        schema = StructType([StructField(n, fields[c].dataType, fields[c].nullable)
+                             for c, n in zip(columns, names, strict=True)])
+        local = local_relation(frame.sparkSession, rows.select(columns).rename_columns(names), schema)
+        if local is not None:
+            return local
+    return frame.select(*(F.col(_quote(c)).alias(n) for c, n in zip(columns, names, strict=True)))
+
+
 def local_arrow(frame: DataFrame) -> pa.Table | None:
     """The rows of a local relation as Arrow, without a job (Spark collects a local
     relation from the driver's rows); None when `frame` is not local, or holds timestamps
@@ -108,7 +132,7 @@ def local_arrow(frame: DataFrame) -> pa.Table | None:
 
     if any(isinstance(f.dataType, (TimestampType, TimestampNTZType)) for f in frame.schema.fields):
         return None
-    made = _ARROW_OF.get(frame)
+    made = arrow_of(frame)
     if made is not None:
         return made
     if not is_local(frame):
@@ -161,9 +185,7 @@ def local_join(left: DataFrame, right: DataFrame, left_columns: list[str], right
 def distinct_rows(frame: DataFrame, columns: list[str]) -> DataFrame:
     """The distinct rows of `frame`'s `columns`: a local relation computed by the driver
     when `frame` is local (Spark's distinct of it would be a job), else Spark's distinct."""
-    from pyspark.sql import functions as F
-
-    selected = frame.select(*(F.col("`" + c.replace("`", "``") + "`") for c in columns))
+    selected = select_columns(frame, columns)
     rows = local_arrow(selected)
     if rows is None or any(_floating(f.type) for f in rows.schema):  # NaN and -0.0 group otherwise in Spark
         return selected.distinct()
@@ -181,3 +203,7 @@ def _floating(data_type: pa.DataType) -> bool:
     import pyarrow as pa
 
     return pa.types.is_floating(data_type)
+
+
+def _quote(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"

@@ -11,7 +11,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -21,6 +21,9 @@ from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.storage import files
 from airflow_backfill.storage.s3_settings import storage_options
 from airflow_backfill.storage.uri import join
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
 
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 CHECKPOINT_INTERVAL_PROPERTY = "delta.checkpointInterval"
@@ -196,6 +199,14 @@ def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
 def arrow_schema(table: DeltaTable) -> pa.Schema:
     """The table's schema as a pyarrow schema (delta-rs 1.x returns arro3 objects)."""
     return pa.schema(table.schema().to_arrow())
+
+
+def spark_schema(table: DeltaTable) -> StructType:
+    """The table's schema as Spark types, from its log: Delta writes a schema as Spark's
+    own JSON, so this is the schema Spark reads, without the JVM loading the table."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(table.schema().to_json()))
 
 
 def snapshot_app_id(app_id: str) -> str:

@@ -234,7 +234,7 @@ def signed_query(flat_query: str) -> str:
 
 def _flat_struct(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> StructType:
     read = reader(spark, job, plan, versions)
-    return flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
+    return flat_schema(plan, {table.name: read.schema(i) for i, table in enumerate(plan.tables)})
 
 
 def _recover_state_ahead(spark: SparkSession, job: BackfillJob, plan: JoinPlan, mv: Vector, *, phase: str,

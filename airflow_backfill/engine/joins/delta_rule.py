@@ -191,5 +191,5 @@ def no_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Map
     from pyspark.sql.types import IntegerType
 
     read = reader(spark, job, plan, versions)
-    schema = flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
+    schema = flat_schema(plan, {table.name: read.schema(i) for i, table in enumerate(plan.tables)})
     return spark.createDataFrame([], schema.add(SIGN, IntegerType()))

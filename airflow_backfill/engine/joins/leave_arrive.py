@@ -34,7 +34,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.aggregates.state import read_state
-from airflow_backfill.engine.delta.driver_rows import distinct_rows, is_local, local_join
+from airflow_backfill.engine.delta.driver_rows import (
+    arrow_of,
+    distinct_rows,
+    is_local,
+    local_join,
+    local_relation,
+    select_columns,
+)
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
@@ -71,7 +78,6 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
                  new: Mapping[str, int]) -> JoinChanges:
     """The round's signed flat join rows plus the MV rows (`JoinChanges.leaving`) or the
     aggregate's groups (`leaving_groups`) that leave."""
-    from pyspark.sql import functions as F
 
     cached: list[DataFrame] = []
     try:
@@ -87,7 +93,7 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
             for arriving, (count, ranges) in _sides(plan, index, changes).items():
                 change_rows += count
                 bounds[index, arriving] = ranges
-                (gained if arriving else lost)[index] = changes.filter(F.col(SIGN) > 0 if arriving else F.col(SIGN) < 0)
+                (gained if arriving else lost)[index] = _side(changes, arriving)
         leaving = leaving_groups = None
         from_mv = _keys_held(plan, lost)
         if from_mv and plan.flat.aggregate is None:
@@ -148,6 +154,22 @@ def _sides(plan: JoinPlan, index: int, changes: DataFrame) -> dict[bool, tuple[i
             for row in found if row[1]}
 
 
+def _side(changes: DataFrame, gained: bool) -> DataFrame:
+    """The gained (`__sign` > 0) or lost rows of netted changes: by Arrow when the driver
+    holds them (a local relation it holds again), else Spark's filter."""
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    rows = arrow_of(changes)
+    if rows is not None:
+        signs = rows.column(SIGN)
+        local = local_relation(changes.sparkSession, rows.filter(pc.greater(signs, 0) if gained else pc.less(signs, 0)),
+                               changes.schema)
+        if local is not None:
+            return local
+    return changes.filter(F.col(SIGN) > 0 if gained else F.col(SIGN) < 0)
+
+
 def _terms(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int],
            changed: Mapping[int, DataFrame], order: list[int], *, excluded_first: list[int],
            cached: list[DataFrame], bounds: Mapping[int, Mapping[str, tuple[Any, Any]]]) -> list[DataFrame]:
@@ -170,11 +192,10 @@ def _terms(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapp
 
 def _keys(plan: JoinPlan, index: int, rows: DataFrame) -> DataFrame:
     """The distinct keys of `rows` of table `index`, named as the upstream names them."""
-    from pyspark.sql import functions as F
 
     table = plan.tables[index]
-    own = rows.select(*(F.col(quote(flat_column(table.name, c))).alias(c) for c in table.primary_key))
-    return distinct_rows(own, list(table.primary_key))
+    key = list(table.primary_key)
+    return distinct_rows(select_columns(rows, [flat_column(table.name, c) for c in key], key), key)
 
 
 def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
@@ -194,7 +215,7 @@ def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
         if not all(column.lower() in by_key for column in key):
             continue
         excluded_columns = [f"__excluded{n}" for n in range(len(key))]
-        renamed = keys.select(*(F.col(quote(c)).alias(e) for c, e in zip(key, excluded_columns, strict=True)))
+        renamed = select_columns(keys, list(key), excluded_columns)
         mine = [flat_column(plan.tables[index].name, by_key[c.lower()]) for c in key]
         kept = local_join(rows, renamed, mine, excluded_columns, "left_anti")
         if kept is None:

@@ -28,9 +28,10 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_arrow,
     local_join,
     local_relation,
+    select_columns,
 )
 from airflow_backfill.engine.delta.key_range import boundable
-from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.delta.log import delta_table, load_table, spark_schema
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import INNER, JoinPlan, flat_column
 
@@ -54,6 +55,7 @@ class Reader:
     def __init__(self, spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> None:
         self._spark, self._job, self._plan, self._versions = spark, job, plan, dict(versions)
         self._read: dict[int, DataFrame] = {}
+        self._schemas: dict[int, StructType] = {}
 
     def __call__(self, index: int) -> DataFrame:
         if index not in self._read:
@@ -61,6 +63,13 @@ class Reader:
             self._read[index] = self._kept(index, self._spark.read.format("delta")
                                            .option("versionAsOf", self._versions[name]).load(upstream_uri(self._job, name)))
         return self._read[index]
+
+    def schema(self, index: int) -> StructType:
+        """Table `index`'s Spark schema at its version, from its Delta log (no Spark read)."""
+        if index not in self._schemas:
+            name = self._plan.tables[index].name
+            self._schemas[index] = spark_schema(delta_table(upstream_uri(self._job, name), self._versions[name]))
+        return self._schemas[index]
 
     def _kept(self, index: int, rows: DataFrame) -> DataFrame:
         """The rows of table `index` a round reads of those it holds (all of them)."""
@@ -72,7 +81,7 @@ class Reader:
         scan planned, no Spark job but the one that collects the keys); None when the
         driver does not read it (too many keys or rows, deletion vectors). Keys in a local
         relation are taken without a job."""
-        selected = keys.select(*(quote(k) for k in key_columns))
+        selected = select_columns(keys, key_columns)
         held = local_arrow(selected)
         if held is None:
             held = arrow_rows(selected, LOOKUP_KEYS)
@@ -85,7 +94,7 @@ class Reader:
         if local is None:
             log.info("rows of %s at the round's keys left to Spark", table.name)
             return None
-        return flat_rows(self._kept(index, local), self._plan, index)
+        return select_columns(self._kept(index, local), list(table.columns), self._plan.flat_columns(index))
 
     def skippable(self, index: int) -> bool:
         """Whether bounds on its join column could skip files: the upstream has several
@@ -209,7 +218,7 @@ def with_padded(rows: DataFrame, plan: JoinPlan, tables: frozenset[int], read: R
     from pyspark.sql import functions as F
 
     for index in sorted(tables):
-        types = {field.name: field.dataType for field in read(index).schema.fields}
+        types = {field.name: field.dataType for field in read.schema(index).fields}
         table = plan.tables[index]
         rows = rows.select("*", *(F.lit(None).cast(types[c]).alias(flat_column(table.name, c)) for c in table.columns))
     ordered = [c for i in range(len(plan.tables)) for c in plan.flat_columns(i)]

@@ -103,10 +103,12 @@ class Rates:
     per_feed_key_row: float = 0.2e-6
     """Netting a change row's key columns instead, when the range inserted no row: read by the
     driver, 1.2 M change rows in 0.2 s at SF 1 (Spark, beyond `driver_feed.KEY_ROWS`, took 2 s)."""
-    join_fixed_per_table: float = 1.5
+    join_fixed_per_table: float = 0.6
     """The least a join round costs per upstream beyond its writes: each table's feed read and
     netted, and the walks that join the changes of one side with the others (TPC-H Q3's rounds
-    over three upstreams took 5.8 - 6.4 s at SF 1 and 8.1 - 11.5 s at SF 10)."""
+    over three upstreams took 2.5 s (stateless) and 3.3 - 3.6 s (aggregate) at SF 1 with the
+    other tables' rows looked up by the driver, 5.8 - 6.4 s through Spark). Rounds that read
+    through Spark (deletion vectors, larger changes) cost more: the job's own rounds correct it."""
 
 
 @dataclass(frozen=True)
