@@ -11,12 +11,14 @@ import pytest
 
 from airflow_backfill.engine.delta.commits import PRESENT
 from airflow_backfill.engine.delta.driver_rows import (
+    arrow_of,
     distinct_rows,
     held_in_driver,
     is_local,
     local_arrow,
     local_join,
     local_relation,
+    select_columns,
 )
 from airflow_backfill.engine.delta.key_range import key_range, key_range_of_rows
 
@@ -125,3 +127,17 @@ def test_distinct_rows_of_a_local_relation_match_spark(spark):
     assert not is_local(distinct_rows(_computed(spark), ["k"]))  # computed rows: Spark's distinct
     floats = _local(spark, [(float("nan"),), (float("nan"),), (-0.0,), (0.0,)], "f double")
     assert distinct_rows(floats, ["f"]).count() == 2 and not is_local(distinct_rows(floats, ["f"]))
+
+
+def test_columns_of_rows_the_driver_made_are_taken_from_their_arrow_rows(spark):
+    local = _local(spark, [(1, "a", Decimal("1.50")), (2, None, None)], "k long, s string, v decimal(9,2)")
+    assert arrow_of(local) is not None
+    picked = select_columns(local, ["v", "k"], ["value", "key"])
+    assert arrow_of(picked) is not None and is_local(picked)
+    expected = local.selectExpr("v AS value", "k AS key")
+    assert picked.schema == expected.schema and picked.collect() == expected.collect()
+    computed = _computed(spark)
+    spark_picked = select_columns(computed, ["k"], ["key"])  # rows the driver does not hold: Spark's select
+    assert arrow_of(spark_picked) is None and not is_local(spark_picked)
+    assert sorted(spark_picked.collect(), key=str) == sorted(computed.selectExpr("k AS key").collect(), key=str)
+    computed.unpersist()

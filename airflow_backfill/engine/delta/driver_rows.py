@@ -62,9 +62,12 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     """Arrow rows as a Spark local relation of `schema`; None when Spark would not hold
     them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`)."""
     local = spark.createDataFrame(table, schema=schema)
-    if not is_local(local):
+    # Spark made a local relation of the rows, or a scan of them beyond its threshold; no
+    # need to optimize the plan to tell (optimizing a projection over many rows copies them)
+    if local._jdf.queryExecution().analyzed().getClass().getSimpleName() != "LocalRelation":
         return None
-    _ARROW_OF[local] = table
+    if table.column_names == schema.names:
+        _ARROW_OF[local] = table
     return local
 
 

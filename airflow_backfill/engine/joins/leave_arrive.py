@@ -37,7 +37,6 @@ from airflow_backfill.engine.aggregates.state import read_state
 from airflow_backfill.engine.delta.driver_rows import (
     arrow_of,
     distinct_rows,
-    is_local,
     local_join,
     local_relation,
     select_columns,
@@ -51,6 +50,7 @@ from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, s
 from airflow_backfill.engine.planning.join_query import JoinPlan, flat_column, grouped_key, selected_key
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from airflow_backfill.job import BackfillJob
@@ -138,20 +138,28 @@ def _sides(plan: JoinPlan, index: int, changes: DataFrame) -> dict[bool, tuple[i
     from pyspark.sql import functions as F
 
     columns = first_hop_columns(plan, index)
-    if is_local(changes):  # counted by the driver, no job
-        held = changes.select(SIGN, *(quote(c) for c in columns)).collect()
-        sides = {}
-        for gained in (True, False):
-            rows = [row for row in held if (row[0] > 0) == gained]
-            values = [[row[1 + n] for row in rows if row[1 + n] is not None] for n in range(len(columns))]
-            if rows:
-                sides[gained] = (len(rows), {c: (min(v, default=None), max(v, default=None))
-                                             for c, v in zip(columns, values, strict=True)})
-        return sides
+    rows = arrow_of(changes)
+    if rows is not None:  # counted by the driver from its Arrow rows
+        return _sides_of_arrow(rows, columns)
     ranges = [agg for c in columns for agg in (F.min(F.col(quote(c))), F.max(F.col(quote(c))))]
     found = changes.groupBy((F.col(SIGN) > 0).alias("__gained")).agg(F.count(F.lit(1)), *ranges).collect()
     return {row[0]: (row[1], {c: (row[2 + 2 * n], row[3 + 2 * n]) for n, c in enumerate(columns)})
             for row in found if row[1]}
+
+
+def _sides_of_arrow(rows: pa.Table, columns: list[str]) -> dict[bool, tuple[int, dict[str, tuple[Any, Any]]]]:
+    """`_sides` of changes the driver holds as Arrow (NULLs are left out of the ranges, as
+    Spark's min and max leave them out)."""
+    import pyarrow.compute as pc
+
+    sides = {}
+    signs = rows.column(SIGN)
+    for gained in (True, False):
+        side = rows.filter(pc.greater(signs, 0) if gained else pc.less(signs, 0))
+        if side.num_rows:
+            ranges = {c: tuple(pc.min_max(side.column(c)).values()) for c in columns}
+            sides[gained] = (side.num_rows, {c: (low.as_py(), high.as_py()) for c, (low, high) in ranges.items()})
+    return sides
 
 
 def _side(changes: DataFrame, gained: bool) -> DataFrame:
