@@ -28,8 +28,8 @@ DRIVER_ROWS = 10_000
 aggregate's touched groups); larger results stay where Spark computed them."""
 
 DRIVER_JOIN_ROWS = 1_000_000
-"""The most rows of both sides together that `local_join` joins in the driver (Arrow's
-hash join; local relations that large are bounded by Spark's own threshold first)."""
+"""The most rows of both sides together that `local_join` joins in the driver with
+Arrow's hash join; larger joins are left to Spark."""
 
 
 def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | None:

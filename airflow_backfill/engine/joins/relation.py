@@ -2,9 +2,11 @@
 
 A round never joins whole upstreams: it starts from a small relation (one upstream's
 changes, or a snapshot chunk) and joins the neighbouring tables one edge at a time, each
-read only where the rows so far fall: a literal range on the joined column (Delta skips
-the files whose statistics lie outside it) and, for a round, a semi-join with the
-values themselves. Walking away from the root follows each join's own kind (INNER or
+read only where the rows so far fall. A round's rows are few: the driver looks the
+neighbour's rows up at their keys (`Reader.lookup`) and joins them with Arrow; where it
+cannot, Spark reads them with a literal range on the joined column (Delta skips the files
+whose statistics lie outside it) and, for a round, a semi-join with the values
+themselves. Walking away from the root follows each join's own kind (INNER or
 LEFT); walking towards the root is an INNER join, since the rows being extended already
 hold the child's row, which only the parent rows it matched can carry.
 
@@ -164,8 +166,8 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
     other table except `skip`, along the tree. The columns of `skip` are NULL (rows in
     which those tables are padded). Intermediate results are cached into `cached` (each
     is read twice: for the next table's bounds and for its join), unless the driver holds
-    them: a round's few rows and the rows the driver looked up for them
-    (`Reader.lookup`) are joined by the driver (`local_join`), with no Spark job. Without `semi_join` (a
+    them: a round's few rows and the rows the driver looked up for them (`Reader.lookup`)
+    are joined by the driver (`local_join`), with no Spark job. Without `semi_join` (a
     snapshot chunk, large and not cached) only the tables next to `start` get bounds:
     bounds further out would recompute the joins so far. Without `bounded` none do (rows
     that span every key would pay a scan for bounds that skip nothing). `start_bounds`:
