@@ -78,7 +78,6 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
                  new: Mapping[str, int]) -> JoinChanges:
     """The round's signed flat join rows plus the MV rows (`JoinChanges.leaving`) or the
     aggregate's groups (`leaving_groups`) that leave."""
-
     cached: list[DataFrame] = []
     try:
         lost: dict[int, DataFrame] = {}
@@ -200,7 +199,6 @@ def _terms(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapp
 
 def _keys(plan: JoinPlan, index: int, rows: DataFrame) -> DataFrame:
     """The distinct keys of `rows` of table `index`, named as the upstream names them."""
-
     table = plan.tables[index]
     key = list(table.primary_key)
     return distinct_rows(select_columns(rows, [flat_column(table.name, c) for c in key], key), key)
