@@ -15,6 +15,7 @@ import weakref
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.listed_files import scala_items
+from airflow_backfill.engine.planning.aggregate_sql import quote
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -120,7 +121,7 @@ def select_columns(frame: DataFrame, columns: list[str], names: list[str] | None
         local = local_relation(frame.sparkSession, rows.select(columns).rename_columns(names), schema)
         if local is not None:
             return local
-    return frame.select(*(F.col(_quote(c)).alias(n) for c, n in zip(columns, names, strict=True)))
+    return frame.select(*(F.col(quote(c)).alias(n) for c, n in zip(columns, names, strict=True)))
 
 
 def local_arrow(frame: DataFrame) -> pa.Table | None:
@@ -206,7 +207,3 @@ def _floating(data_type: pa.DataType) -> bool:
     import pyarrow as pa
 
     return pa.types.is_floating(data_type)
-
-
-def _quote(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
