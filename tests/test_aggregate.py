@@ -64,9 +64,15 @@ def state_rows(job: BackfillJob) -> list[dict]:
     return table_rows(state_uri(job.target)).to_pylist()
 
 
-@pytest.mark.parametrize("held_rows", [10_000, 0], ids=["touched groups in the driver", "kept in Spark"])
-def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows):
+@pytest.mark.parametrize(("held_rows", "feed"), [(10_000, "driver"), (0, "driver"), (10_000, "listed"), (0, "spark")],
+                         ids=["touched groups in the driver", "kept in Spark", "feed from listed files",
+                              "feed from Spark's reader"])
+def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows, feed):
     monkeypatch.setattr(driver_rows, "DRIVER_ROWS", held_rows)
+    if feed != "driver":  # a feed too large for the driver, read from the files its log lists or by Delta
+        monkeypatch.setattr(aggregate_apply, "feed_in_driver", lambda *args, **kwargs: None)
+    if feed == "spark":
+        monkeypatch.setattr(aggregate_apply, "listed_feed", lambda *args, **kwargs: None)
     upstream = create(tables["source"], [
         row(g="a", x=None, d=None, s=None), row(g="a", x=None, d="1.25", s="p"),
         row(g=None, x=3, d="2.50", s="q"), row(g=None, x=None, d=None, s="q"), row(g="b", x=4, s="p"),

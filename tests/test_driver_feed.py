@@ -1,6 +1,7 @@
-"""A small change feed read by the driver from its files gives the rows, types and
-change types Spark's change feed reader gives, for appends, deletes, updates and merges;
-ranges of other shapes, or above the limit, are left to Spark."""
+"""A small change feed read by the driver from its files, and a larger one read by Spark
+from the files its log lists, give the rows, types and change types Spark's change feed
+reader gives, for appends, deletes, updates and merges; ranges of other shapes, or above
+the limit, are left to Spark's reader."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSIO
 from airflow_backfill.engine.delta.commits import DELETION_VECTORS_PROPERTY, TABLE_PROPERTIES
 from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range, feed_in_driver
 from airflow_backfill.engine.delta.driver_rows import is_local
+from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.exceptions import UpstreamError
 
 pytestmark = pytest.mark.spark
@@ -30,6 +32,10 @@ def _create(spark, uri: str, *, deletion_vectors: bool = True) -> None:
 
 def _rows(frame) -> list[tuple]:
     return sorted((tuple(row) for row in frame.collect()), key=repr)
+
+
+def _types(frame) -> list[tuple]:
+    return [(field.name, field.dataType) for field in frame.schema.fields]
 
 
 def _spark_feed(spark, uri: str, watermark: int, end: int, columns: list[str] | None):
@@ -75,6 +81,49 @@ def test_other_shapes_and_large_ranges_are_left_to_spark(spark, tmp_path):
     assert feed_in_driver(spark, uri, 0, 1) is None  # the latest metadata is not the range's
 
 
+def test_listed_files_read_by_spark_give_the_change_feed_and_its_count(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _create(spark, uri, deletion_vectors=False)
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (100, 1.50, DATE '1999-12-31', TIMESTAMP '2001-02-03 04:05:06', "
+              "NULL, NULL)")
+    spark.sql(f"INSERT INTO delta.`{uri}` SELECT k + 200, d, day, at, s, f FROM delta.`{uri}` WHERE k < 3")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k IN (2, 5)")
+    spark.sql(f"UPDATE delta.`{uri}` SET s = 'updated', d = d + 1 WHERE k = 7")
+    spark.sql(f"MERGE INTO delta.`{uri}` t USING (SELECT 8 AS k UNION ALL SELECT 300) s ON t.k = s.k "
+              "WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (k, d, day, at, s, f) "
+              "VALUES (s.k, 2.00, DATE '2024-02-29', TIMESTAMP '2024-02-29 23:59:59', 'merged', -0.5)")
+    for (watermark, end), appended_only in {(0, 2): True, (0, 5): False, (3, 4): False}.items():
+        for columns in (["k", "d", "day", "at", "s", "f"], ["s", "k"]):
+            listed = listed_feed(spark, uri, watermark, end, columns)
+            assert listed is not None and not is_local(listed.frame)
+            expected = _spark_feed(spark, uri, watermark, end, columns)
+            assert _types(listed.frame) == _types(expected)  # the feed's own columns may be non-nullable
+            assert _rows(listed.frame) == _rows(expected), (watermark, end, columns)
+            assert listed.rows == expected.count() and listed.appended_only is appended_only
+    assert [f.name for f in listed.upstream.fields] == ["k", "d", "day", "at", "s", "f"]
+    assert listed_feed(spark, uri, 0, 5, ["k", "no_such_column"]) is None
+
+
+def test_listed_files_leave_other_shapes_to_the_change_feed_reader(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _create(spark, uri)
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 4")  # a deletion vector, with no change files
+    assert listed_feed(spark, uri, 0, 1, ["k"]) is None
+    spark.sql(f"DELETE FROM delta.`{uri}`")  # removes whole files, with no change files either
+    assert listed_feed(spark, uri, 1, 2, ["k"]) is None
+    spark.sql(f"INSERT INTO delta.`{uri}` VALUES (1, 1.00, NULL, NULL, NULL, NULL)")
+    assert listed_feed(spark, uri, 2, 3, ["k"]) is not None
+    spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (extra int)")
+    assert listed_feed(spark, uri, 2, 3, ["k"]) is None  # the latest metadata is not the range's
+    widened = str(tmp_path / "widened")
+    spark.sql(f"CREATE TABLE delta.`{widened}` (k int) USING delta TBLPROPERTIES "
+              "('delta.enableChangeDataFeed' = 'true', 'delta.enableTypeWidening' = 'true')")
+    spark.sql(f"INSERT INTO delta.`{widened}` VALUES (1)")
+    spark.sql(f"ALTER TABLE delta.`{widened}` ALTER COLUMN k TYPE bigint")
+    spark.sql(f"INSERT INTO delta.`{widened}` VALUES (2)")
+    assert listed_feed(spark, widened, 0, 3, ["k"]) is None  # old files hold the narrower type
+
+
 def test_a_vacuumed_change_file_is_the_same_error_as_with_spark(spark, tmp_path):
     uri = str(tmp_path / "t")
     _create(spark, uri, deletion_vectors=False)
@@ -83,6 +132,8 @@ def test_a_vacuumed_change_file_is_the_same_error_as_with_spark(spark, tmp_path)
         change_file.unlink()
     with pytest.raises(UpstreamError, match="vacuumed"):
         feed_in_driver(spark, uri, 0, 1)
+    with pytest.raises(UpstreamError, match="vacuumed"):
+        listed_feed(spark, uri, 0, 1, ["k"])
 
 
 def test_the_driver_tells_a_key_that_gained_rows_as_spark_tells_it(spark, tmp_path):

@@ -79,7 +79,10 @@ class HeldFeed:
 
 
 @dataclass(frozen=True)
-class _ChangeFile:
+class ChangeFile:
+    """One file a range's change rows are read from: a change file (`is_cdc`, with a
+    `_change_type` column) or an appended data file (every row an insert)."""
+
     uri: str
     version: int
     rows: int
@@ -97,10 +100,10 @@ def feed_in_driver(
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     check_range_readable(source, watermark, end_version)
-    upstream = _upstream_schema(source, end_version)
+    upstream = range_schema(source, end_version)
     if upstream is None:
         return None
-    change_files = _change_files(source, watermark, end_version, limit)
+    change_files = range_files(source, watermark, end_version, limit)
     if change_files is None:
         return None
     wanted = [field.name for field in upstream.fields] if columns is None else list(columns)
@@ -132,10 +135,10 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
     from pyspark.sql.pandas.types import to_arrow_type
 
     check_range_readable(source, watermark, end_version)
-    upstream = _upstream_schema(source, end_version)
+    upstream = range_schema(source, end_version)
     if upstream is None:
         return None
-    change_files = _change_files(source, watermark, end_version, KEY_ROWS, max_bytes=_MAX_KEY_CHANGE_BYTES)
+    change_files = range_files(source, watermark, end_version, KEY_ROWS, max_bytes=_MAX_KEY_CHANGE_BYTES)
     if change_files is None:
         return None
     fields = {field.name: field for field in upstream.fields}
@@ -278,7 +281,7 @@ class _KeySums:
         self._part_rows = self.kept = sum(part.num_rows for part in self._parts)
 
 
-def _upstream_schema(source: str, end_version: int) -> StructType | None:
+def range_schema(source: str, end_version: int) -> StructType | None:
     """The upstream's Spark schema as of `end_version` from its Delta metadata (no JVM
     call); None for partition columns or column mapping, whose files do not hold the
     logical columns as named."""
@@ -293,12 +296,12 @@ def _upstream_schema(source: str, end_version: int) -> StructType | None:
     return spark_schema(table)
 
 
-def _change_files(source: str, watermark: int, end_version: int, limit: int,
-                  max_bytes: int = _MAX_CHANGE_BYTES) -> list[_ChangeFile] | None:
+def range_files(source: str, watermark: int, end_version: int, limit: int,
+                  max_bytes: int = _MAX_CHANGE_BYTES) -> list[ChangeFile] | None:
     """The files each version's change rows are read from, or None when a version has a
     shape left to Spark or the range holds more than `limit` rows or `max_bytes` of
     change files."""
-    found: list[_ChangeFile] = []
+    found: list[ChangeFile] = []
     change_bytes = 0
     for version in range(watermark + 1, end_version + 1):
         actions = commit_actions(source, version)
@@ -307,7 +310,7 @@ def _change_files(source: str, watermark: int, end_version: int, limit: int,
         if change_bytes > max_bytes:  # before any footer is opened
             return None
         if cdc:
-            found += [_ChangeFile(uri, version, _parquet_rows(uri), True)
+            found += [ChangeFile(uri, version, _parquet_rows(uri), True)
                       for uri in (join(source, unquote(change["path"])) for change in cdc)]
         else:
             shape = _appended_files(source, version, actions)
@@ -319,10 +322,10 @@ def _change_files(source: str, watermark: int, end_version: int, limit: int,
     return found
 
 
-def _appended_files(source: str, version: int, actions: list[dict[str, Any]]) -> list[_ChangeFile] | None:
+def _appended_files(source: str, version: int, actions: list[dict[str, Any]]) -> list[ChangeFile] | None:
     """A commit without change files: its added data files, when it adds only whole files
     with their row counts in their statistics; None for anything else."""
-    appended: list[_ChangeFile] = []
+    appended: list[ChangeFile] = []
     for action in actions:
         if "remove" in action and action["remove"].get("dataChange", True):
             return None
@@ -332,7 +335,7 @@ def _appended_files(source: str, version: int, actions: list[dict[str, Any]]) ->
         rows = json.loads(add.get("stats") or "{}").get("numRecords")
         if add.get("deletionVector") or rows is None:
             return None
-        appended.append(_ChangeFile(join(source, unquote(add["path"])), version, int(rows), False))
+        appended.append(ChangeFile(join(source, unquote(add["path"])), version, int(rows), False))
     return appended
 
 
@@ -340,7 +343,7 @@ def _parquet_rows(uri: str) -> int:
     return files.parquet_metadata(uri).num_rows
 
 
-def _read(change_files: list[_ChangeFile], columns: list[str], schema: StructType,
+def _read(change_files: list[ChangeFile], columns: list[str], schema: StructType,
           timezone: str | None) -> pa.Table | None:
     """The files' rows as one Arrow table of `schema`, or None when Arrow cannot carry a
     column's type as Spark expects it."""
