@@ -27,3 +27,16 @@ def driver_lookups(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(relation.Reader, "lookup", recorded)
     return found
+
+
+def refuse_lookups_of(monkeypatch, name: str) -> None:
+    """Make the driver leave the rows of upstream `name` to Spark (as for a table with
+    deletion vectors), so that walks switch from the driver's rows to Spark midway."""
+    from airflow_backfill.engine.joins import relation
+
+    lookup = relation.Reader.lookup
+
+    def refusing(self, index, *args, **kwargs):
+        return None if self._plan.tables[index].name == name else lookup(self, index, *args, **kwargs)
+
+    monkeypatch.setattr(relation.Reader, "lookup", refusing)

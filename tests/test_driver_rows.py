@@ -14,6 +14,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     arrow_of,
     distinct_rows,
     held_in_driver,
+    held_rows,
     is_local,
     local_arrow,
     local_join,
@@ -141,3 +142,38 @@ def test_columns_of_rows_the_driver_made_are_taken_from_their_arrow_rows(spark):
     assert arrow_of(spark_picked) is None and not is_local(spark_picked)
     assert sorted(spark_picked.collect(), key=str) == sorted(computed.selectExpr("k AS key").collect(), key=str)
     computed.unpersist()
+
+
+def test_held_rows_select_dedupe_and_join_in_arrow_and_reach_spark_once(spark, monkeypatch):
+    orders = _local(spark, [(1, 10, "a"), (2, 10, "b"), (3, 20, None), (4, None, "d")], "o long, c long, s string")
+    customers = _local(spark, [(10, "x"), (20, "y"), (30, "z")], "ck long, name string")
+    expected = (orders.select("c").distinct().join(customers, orders.c == customers.ck, "left")
+                .join(orders.select("o", "c"), "c"))
+    held_orders, held_customers = held_rows(orders), held_rows(customers)
+    made: list[int] = []
+    create = type(spark).createDataFrame
+    monkeypatch.setattr(type(spark), "createDataFrame", lambda self, *a, **k: made.append(1) or create(self, *a, **k))
+    keys = held_orders.distinct(["c"])
+    assert keys is not None and keys.table.num_rows == 3  # NULL is one distinct value, as in Spark
+    joined = keys.join(held_customers, ["c"], ["ck"], "left")
+    pairs = held_orders.select(["o", "c"], ["o2", "c2"])
+    assert joined is not None and not made  # no Spark relation yet
+    whole = joined.join(pairs, ["c"], ["c2"], "inner")
+    assert whole is not None
+    frame = whole.frame(spark)
+    assert len(made) == 1 and is_local(frame)
+    assert sorted(frame.select("c", "ck", "name", "o2").collect(), key=str) == sorted(
+        expected.select("c", "ck", "name", "o").collect(), key=str)
+    assert held_rows(_local(spark, [(1.5,)], "f double")).distinct(["f"]) is None  # Spark groups NaN, -0.0
+
+
+def test_held_rows_beyond_the_local_threshold_reach_spark_as_a_scan(spark):
+    local = _local(spark, [(n, f"s{n}") for n in range(200)], "k long, s string")
+    held = held_rows(local)
+    spark.conf.set("spark.sql.execution.arrow.localRelationThreshold", "64")
+    try:
+        frame = held.frame(spark)
+        assert held.local_frame(spark) is None and not is_local(frame)
+        assert sorted(frame.collect()) == sorted(local.collect())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.localRelationThreshold")

@@ -10,6 +10,7 @@ import pytest
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
 
+from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -40,7 +41,14 @@ def wait_for_version(uri: str, version: int, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def test_three_phases_under_concurrent_upstream_writes(spark, tables):
+# `listed`: feeds too large for the driver, read by Spark from the files their logs list
+@pytest.mark.parametrize("feeds", ["driver", "listed"])
+def test_three_phases_under_concurrent_upstream_writes(spark, tables, monkeypatch, feeds):
+    listed: list[int] = []
+    if feeds == "listed":
+        monkeypatch.setattr(apply, "feed_in_driver", lambda *args, **kwargs: None)
+        read_listed = apply.listed_feed
+        monkeypatch.setattr(apply, "listed_feed", lambda *args: listed.append(1) or read_listed(*args))
     create_orders_table(tables["source"], rows=3000, seed=7)
     job = make_job(tables)
     stop = threading.Event()
@@ -81,6 +89,7 @@ def test_three_phases_under_concurrent_upstream_writes(spark, tables):
         tables["source"], tables["target"], QUERY, job.app_id, key=["id"]
     )
     assert checked == len(commits)
+    assert bool(listed) == (feeds == "listed")
 
 
 def test_rerunning_committed_phases_is_a_no_op(spark, tables):

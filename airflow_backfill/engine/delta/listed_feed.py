@@ -16,9 +16,15 @@ from dataclasses import dataclass
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE, COMMIT_VERSION, check_range_readable
+from airflow_backfill.engine.delta.change_feed import (
+    ARRIVING,
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    check_range_readable,
+)
 from airflow_backfill.engine.delta.driver_feed import range_files, range_schema
 from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.storage import files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,8 +54,9 @@ class ListedFeed:
     `change_feed.read_change_feed` gives them."""
     rows: int
     """Change rows in the range (the files' footers and statistics)."""
-    appended_only: bool
-    """Every change row is an insert of a blind append."""
+    arriving: int
+    """Rows that bring a row in (inserts and post-images): an appended file's rows, and the
+    change files' from their `_change_type` column, read by the driver."""
     upstream: StructType
     """The upstream's columns, all of them, as Spark types."""
 
@@ -91,6 +98,16 @@ def listed_feed(spark: SparkSession, source: str, watermark: int, end_version: i
     for part in parts[1:]:
         frame = frame.unionByName(part)
     rows = sum(change.rows for change in found)
+    arriving = sum(change.rows if not change.is_cdc else _arriving_rows(change.uri) for change in found)
     log.info("change feed of versions %s..%s read from %s listed files: %s rows", watermark + 1, end_version,
              len(found), rows)
-    return ListedFeed(frame, rows, not any(change.is_cdc for change in found), upstream)
+    return ListedFeed(frame, rows, arriving, upstream)
+
+
+def _arriving_rows(uri: str) -> int:
+    """Rows of a change file whose change type brings a row in (its one column read)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kinds = files.read_parquet_columns(uri, [CHANGE_TYPE]).column(CHANGE_TYPE).cast(pa.string())
+    return int(pc.sum(pc.is_in(kinds, value_set=pa.array(ARRIVING)).cast(pa.int64())).as_py() or 0)

@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.aggregates.state import read_state
 from airflow_backfill.engine.delta.driver_rows import (
+    HeldRows,
     arrow_of,
     distinct_rows,
+    held_rows,
     local_join,
     local_relation,
     select_columns,
@@ -246,8 +248,15 @@ class _ReaderWithout(Reader):
         if keys is None:
             return rows
         key = list(self._tables[index].primary_key)
-        kept = local_join(rows, keys, key, key, "left_anti")
-        return kept if kept is not None else rows.join(F.broadcast(keys), key, "left_anti")
+        return rows.join(F.broadcast(keys), key, "left_anti")
+
+    def _kept_held(self, index: int, rows: HeldRows) -> HeldRows | None:
+        keys = self._excluded.get(index)
+        if keys is None:
+            return rows
+        excluded = held_rows(keys)
+        key = list(self._tables[index].primary_key)
+        return None if excluded is None else rows.join(excluded, key, key, "left_anti")
 
 
 def _leaving_mv_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost: Mapping[int, DataFrame],

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.driver_lookup import LOOKUP_KEYS, lookup_rows
 from airflow_backfill.engine.delta.driver_rows import (
+    HeldRows,
     arrow_rows,
     distinct_rows,
+    held_rows,
     is_local,
     local_arrow,
     local_join,
-    local_relation,
     select_columns,
 )
 from airflow_backfill.engine.delta.key_range import boundable
@@ -77,26 +78,22 @@ class Reader:
         """The rows of table `index` a round reads of those it holds (all of them)."""
         return rows
 
-    def lookup(self, index: int, columns: list[str], keys: DataFrame, key_columns: list[str]) -> DataFrame | None:
-        """Table `index` (flat) where its `columns` equal a row of `keys` (`key_columns`, in
-        the same order), read by the driver as a local relation (`driver_lookup`: no Delta
-        scan planned, no Spark job but the one that collects the keys); None when the
-        driver does not read it (too many keys or rows, deletion vectors). Keys in a local
-        relation are taken without a job."""
-        selected = select_columns(keys, key_columns)
-        held = local_arrow(selected)
-        if held is None:
-            held = arrow_rows(selected, LOOKUP_KEYS)
-        if held is None:
-            return None
+    def _kept_held(self, index: int, rows: HeldRows) -> HeldRows | None:
+        """`_kept` of rows the driver holds; None when Spark must tell them."""
+        return rows
+
+    def lookup(self, index: int, columns: list[str], keys: HeldRows) -> HeldRows | None:
+        """Table `index` (flat) where its `columns` equal a row of `keys` (in the same
+        order), read by the driver (`driver_lookup`: no Delta scan planned, no Spark job);
+        None when the driver does not read it (too many keys or rows, deletion vectors)."""
         table = self._plan.tables[index]
         found = lookup_rows(upstream_uri(self._job, table.name), self._versions[table.name], table.columns, columns,
-                            held, timezone=self._spark.conf.get("spark.sql.session.timeZone"))
-        local = None if found is None else local_relation(self._spark, *found)
-        if local is None:
+                            keys.table, timezone=self._spark.conf.get("spark.sql.session.timeZone"))
+        kept = None if found is None else self._kept_held(index, HeldRows(*found))
+        if kept is None:
             log.info("rows of %s at the round's keys left to Spark", table.name)
             return None
-        return select_columns(self._kept(index, local), list(table.columns), self._plan.flat_columns(index))
+        return kept.select(list(table.columns), self._plan.flat_columns(index))
 
     def skippable(self, index: int) -> bool:
         """Whether bounds on its join column could skip files: the upstream has several
@@ -167,13 +164,15 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
     which those tables are padded). Intermediate results are cached into `cached` (each
     is read twice: for the next table's bounds and for its join), unless the driver holds
     them: a round's few rows and the rows the driver looked up for them (`Reader.lookup`)
-    are joined by the driver (`local_join`), with no Spark job. Without `semi_join` (a
+    are joined by the driver as Arrow (`HeldRows`), with no Spark job, and handed to
+    Spark as one local relation at the end. Without `semi_join` (a
     snapshot chunk, large and not cached) only the tables next to `start` get bounds:
     bounds further out would recompute the joins so far. Without `bounded` none do (rows
     that span every key would pay a scan for bounds that skip nothing). `start_bounds`:
     ranges of `start`'s columns (`first_hop_columns`) known to hold `rows`' values, so the
     tables next to `start` are bounded without a job of their own."""
     current, included, queue = rows, {start}, [start]
+    held = held_rows(rows) if semi_join else None  # rows the driver holds stay Arrow until Spark needs them
     while queue:
         here = queue.pop(0)
         for there in plan.neighbours(here):
@@ -181,25 +180,52 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
                 continue
             kind, pairs = edge(plan, here, there)
             here_columns = [flat_column(plan.tables[here].name, c) for c, _ in pairs]
+            there_columns = [flat_column(plan.tables[there].name, c) for _, c in pairs]
+            how = "inner" if kind == INNER else "left"
+            included.add(there)
+            queue.append(there)
+            columns = [c for _, c in pairs]
+            found, looked_up = None, False
+            if held is not None:  # keys, lookup and join in Arrow
+                keys_held = held.distinct(here_columns)
+                if keys_held is not None:
+                    found, looked_up = read.lookup(there, columns, keys_held), True
+                joined = None if found is None else held.join(found, here_columns, there_columns, how)
+                if joined is not None:
+                    held = joined
+                    continue
+                current, held = held.frame(rows.sparkSession), None
             if cached is not None and not is_local(current):
                 current = current.cache()
                 cached.append(current)
             keys = distinct_rows(current, here_columns) if semi_join \
                 else current.select(*(quote(c) for c in here_columns))
-            known = (start_bounds or {}).get(here_columns[0]) if here == start else None
-            other = read.lookup(there, [c for _, c in pairs], keys, here_columns) if semi_join else None
-            if other is None:
-                other = restricted(read(there), plan, there, [c for _, c in pairs], keys, here_columns,
-                                   semi_join=semi_join,
+            if semi_join and not looked_up:
+                found = _lookup_keys(read, there, columns, keys, here_columns)
+            if found is not None:
+                other = found.frame(rows.sparkSession)
+            else:
+                known = (start_bounds or {}).get(here_columns[0]) if here == start else None
+                other = restricted(read(there), plan, there, columns, keys, here_columns, semi_join=semi_join,
                                    bounded=bounded and (semi_join or here == start) and read.skippable(there),
                                    known=known)
-            there_columns = [flat_column(plan.tables[there].name, c) for _, c in pairs]
-            how = "inner" if kind == INNER else "left"
-            joined = local_join(current, other, here_columns, there_columns, how) if semi_join else None
-            current = joined if joined is not None else current.join(other, _equal(here_columns, there_columns), how)
-            included.add(there)
-            queue.append(there)
+            joined_frame = local_join(current, other, here_columns, there_columns, how) if semi_join else None
+            current = joined_frame if joined_frame is not None else current.join(
+                other, _equal(here_columns, there_columns), how)
+    if held is not None:
+        current = held.frame(rows.sparkSession)
     return with_padded(current, plan, skip, read)
+
+
+def _lookup_keys(read: Reader, there: int, columns: list[str], keys: DataFrame,
+                 key_columns: list[str]) -> HeldRows | None:
+    """`Reader.lookup` at keys Spark computed: collected first (one job), unless there are
+    more than `LOOKUP_KEYS` of them."""
+    selected = select_columns(keys, key_columns)
+    collected = local_arrow(selected)
+    if collected is None:
+        collected = arrow_rows(selected, LOOKUP_KEYS)
+    return None if collected is None else read.lookup(there, columns, HeldRows(collected, selected.schema))
 
 
 def first_hop_columns(plan: JoinPlan, start: int) -> list[str]:

@@ -47,6 +47,7 @@ from airflow_backfill.engine.delta.keyed_writes import (
     refuse_arrived_keys_held,
     write,
 )
+from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import (
@@ -258,14 +259,19 @@ def _apply_stateless(
         if job.verify_primary_key:
             _prove_upstream_key(spark, job, plan, watermark, info.epoch)
         return _recompute(spark, job, plan, None, 0, early, info)
-    held = feed_in_driver(spark, job.source, watermark, info.epoch, feed_columns(job, plan))
+    columns = feed_columns(job, plan)
+    held = feed_in_driver(spark, job.source, watermark, info.epoch, columns)
+    listed = None if held is not None else listed_feed(
+        spark, job.source, watermark, info.epoch, columns or arrow_schema(load_table(job.source)).names)
     if held is not None:  # a small feed: counted already, and not cached (its rows are the driver's)
         feed, (change_rows, arriving_rows) = held.frame, (held.rows, held.arriving)
+    elif listed is not None:  # counted from the log: read once, by the keyed changes' persist
+        feed, (change_rows, arriving_rows) = listed.frame, (listed.rows, listed.arriving)
     else:
-        feed = read_change_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan)).cache()
+        feed = read_change_feed(spark, job.source, watermark, info.epoch, columns).cache()
     net: DataFrame | None = None
     try:
-        if held is None:
+        if held is None and listed is None:
             change_rows, arriving_rows = count_changes(feed)
         ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
         in_driver = None if held is None else changes_in_driver(
