@@ -133,9 +133,8 @@ def apply_aggregate_changes(
     wanted = [column for column in arrow_schema(load_table(job.source)).names if column.lower() in referenced]
     listed = listed_feed(spark, job.source, watermark, info.epoch, wanted)
     if listed is not None:  # counted from the log; its rows are read once, by the fold
-        return fold_signed_rows(spark, job, plan, signed_rows(listed.frame, wanted),
-                                listed.upstream, info, recompute_at=info.epoch,
-                                change_rows=listed.rows)
+        return fold_signed_rows(spark, job, plan, signed_rows(listed.frame, wanted), listed.upstream, info,
+                                recompute_at=info.epoch, change_rows=listed.rows)
     feed = read_change_feed(spark, job.source, watermark, info.epoch)
     columns = [c for c in feed.columns if c not in FEED_COLUMNS and c.lower() in referenced]
     signed = signed_rows(feed, columns).cache()

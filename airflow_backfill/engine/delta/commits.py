@@ -37,6 +37,7 @@ from airflow_backfill.engine.delta.transaction_write import (
     replace_with_watermark,
     write_with_watermark,
 )
+from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def repeated_key_error(key: Sequence[str], qualifier: str = "") -> Column:
     from pyspark.sql import functions as F
 
     prefix = f"{qualifier}." if qualifier else ""
-    values = [F.concat(F.lit(f"{column}="), F.coalesce(F.col(prefix + _quote(column)).cast("string"), F.lit("NULL")))
+    values = [F.concat(F.lit(f"{column}="), F.coalesce(F.col(prefix + quote(column)).cast("string"), F.lit("NULL")))
               for column in key]
     return F.raise_error(F.concat(F.lit(REPEATED_KEY), F.concat_ws(", ", *values)))
 
@@ -189,8 +190,8 @@ def conform(changes: DataFrame, target: StructType) -> DataFrame:
     extra = [column for column in (PRESENT, ARRIVED) if column in have]
     if list(have) == [*target.names, *extra] and all(have[f.name] == f.dataType for f in target.fields):
         return changes
-    return changes.select(*(F.col(_quote(f.name)) if have.get(f.name) == f.dataType
-                            else F.col(_quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields),
+    return changes.select(*(F.col(quote(f.name)) if have.get(f.name) == f.dataType
+                            else F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields),
                           *(F.col(column) for column in extra))
 
 
@@ -213,18 +214,18 @@ def merge_changes(
     ensure_held(uri)
     table = DeltaTable.forPath(spark, uri)
     equal = "<=>" if null_safe else "="
-    condition = F.expr(" AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key))
+    condition = F.expr(" AND ".join(f"{TARGET}.{quote(column)} {equal} {CHANGES}.{quote(column)}" for column in key))
     if bound is not None:
         condition = condition & bound
     values: dict[str, str | Column] = {
-        _quote(c): f"{CHANGES}.{_quote(c)}" for c in source.columns if c not in (PRESENT, ARRIVED)
+        quote(c): f"{CHANGES}.{quote(c)}" for c in source.columns if c not in (PRESENT, ARRIVED)
     }
     merge = table.alias(TARGET).merge(source.alias(CHANGES), condition)
     if deletes_only:
         merge = merge.whenMatchedDelete()
     else:
         if ARRIVED in source.columns:
-            refuse: dict[str, str | Column] = {_quote(key[0]): repeated_key_error(key, CHANGES)}
+            refuse: dict[str, str | Column] = {quote(key[0]): repeated_key_error(key, CHANGES)}
             merge = merge.whenMatchedUpdate(condition=f"{CHANGES}.{ARRIVED}", set=refuse)
         merge = (
             merge.whenMatchedDelete(condition=f"{CHANGES}.{PRESENT} IS NULL")
@@ -252,7 +253,7 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
     """
     ensure_held(uri)
     equal = "<=>" if null_safe else "="
-    matched = " AND ".join(f"{TARGET}.{_quote(column)} {equal} {CHANGES}.{_quote(column)}" for column in key)
+    matched = " AND ".join(f"{TARGET}.{quote(column)} {equal} {CHANGES}.{quote(column)}" for column in key)
     with _changes_view(frame) as view:
         if replace_with_watermark(frame.sparkSession, uri, frame, condition=_exists(view, matched, bound),
                                   app_id=app_id, version=version, user_metadata=user_metadata) is not None:
@@ -292,7 +293,7 @@ def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None
     spark = keys.sparkSession
     ensure_held(uri)
     equal = "<=>" if null_safe else "="
-    matched = " AND ".join(f"{CHANGES}.{_quote(column)} {equal} {TARGET}.{_quote(column)}" for column in key)
+    matched = " AND ".join(f"{CHANGES}.{quote(column)} {equal} {TARGET}.{quote(column)}" for column in key)
     with _changes_view(keys) as view:
         condition = _exists(view, matched, bound)
         if replace_with_watermark(spark, uri, None, condition=condition, app_id=app_id, version=version,
@@ -333,7 +334,3 @@ def _exists(view: str, matched: str, bound: str | None) -> str:
     files with."""
     condition = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {matched})"
     return condition if bound is None else f"{bound} AND {condition}"
-
-
-def _quote(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"

@@ -53,6 +53,7 @@ from airflow_backfill.engine.delta.key_range import (
 )
 from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
 from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
     AUTO,
@@ -165,10 +166,6 @@ def write(
         raise ValueError(f"unknown way to write keyed changes: {way!r}")
     log.info("%s %s changed keys into %s (%s rows)", way, rows, prepared.uri, prepared.changed.present_rows)
     return rows
-
-
-def quote(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
 
 
 def _keys_as_literals(prepared: PreparedChanges) -> str | None:
