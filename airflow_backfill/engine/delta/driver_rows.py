@@ -172,9 +172,9 @@ class HeldRows:
     """Rows the driver holds as Arrow, with the Spark schema they stand for.
 
     Why: each Spark local relation made of Arrow rows costs the JVM a conversion of every
-    row (0.02 - 0.1 s for the 15 k - 120 k rows of a join round's steps at TPC-H SF 10, 1.1 s
-    over the 31 such steps of a round). Steps that only select, deduplicate and join rows
-    the driver holds stay Arrow here; `frame` hands the result to Spark once."""
+    row and a py4j round trip, however few steps later Spark reads it. Steps that only
+    select, deduplicate and join rows the driver holds (a join walk's hops) stay Arrow
+    here; `frame` hands the result to Spark once."""
 
     table: pa.Table
     schema: StructType
