@@ -41,7 +41,7 @@ from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.listed_files import read_table
-from airflow_backfill.engine.delta.log import arrow_schema, load_table, rows_written
+from airflow_backfill.engine.delta.log import column_names, rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import signed_rows
 from airflow_backfill.engine.planning import aggregate_sql as sql
@@ -130,7 +130,7 @@ def apply_aggregate_changes(
         columns = [field.name for field in held.upstream.fields if field.name.lower() in referenced]
         return fold_signed_rows(spark, job, plan, signed_rows(held.frame, columns), held.upstream, info,
                                 recompute_at=info.epoch, change_rows=held.rows)
-    wanted = [column for column in arrow_schema(load_table(job.source)).names if column.lower() in referenced]
+    wanted = column_names(job.source, referenced)
     listed = listed_feed(spark, job.source, watermark, info.epoch, wanted)
     if listed is not None:  # counted from the log; its rows are read once, by the fold
         return fold_signed_rows(spark, job, plan, signed_rows(listed.frame, wanted), listed.upstream, info,

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -199,6 +200,14 @@ def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
 def arrow_schema(table: DeltaTable) -> pa.Schema:
     """The table's schema as a pyarrow schema (delta-rs 1.x returns arro3 objects)."""
     return pa.schema(table.schema().to_arrow())
+
+
+def column_names(uri: str, lowered: Collection[str] | None = None) -> list[str]:
+    """The table's latest column names, in order, from its log; with `lowered`, only those
+    whose lower-case name it holds (a query's references, which Spark matches whatever
+    their case)."""
+    names = arrow_schema(load_table(uri)).names
+    return list(names) if lowered is None else [name for name in names if name.lower() in lowered]
 
 
 def spark_schema(table: DeltaTable) -> StructType:

@@ -48,7 +48,13 @@ from airflow_backfill.engine.delta.keyed_writes import (
     write,
 )
 from airflow_backfill.engine.delta.listed_feed import listed_feed
-from airflow_backfill.engine.delta.log import arrow_schema, load_table, read_watermark, rows_written
+from airflow_backfill.engine.delta.log import (
+    arrow_schema,
+    column_names,
+    load_table,
+    read_watermark,
+    rows_written,
+)
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import (
     apply_query,
@@ -165,7 +171,7 @@ def feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
     if referenced is None:
         return None
     wanted = referenced | {column.lower() for column in plan.upstream_key}
-    return [column for column in arrow_schema(load_table(job.source)).names if column.lower() in wanted]
+    return column_names(job.source, wanted)
 
 
 def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_version: int) -> AppendedFiles | None:
@@ -262,7 +268,7 @@ def _apply_stateless(
     columns = feed_columns(job, plan)
     held = feed_in_driver(spark, job.source, watermark, info.epoch, columns)
     listed = None if held is not None else listed_feed(
-        spark, job.source, watermark, info.epoch, columns or arrow_schema(load_table(job.source)).names)
+        spark, job.source, watermark, info.epoch, columns or column_names(job.source))
     if held is not None:  # a small feed: counted already, and not cached (its rows are the driver's)
         feed, (change_rows, arriving_rows) = held.frame, (held.rows, held.arriving)
     elif listed is not None:  # counted from the log: read once, by the keyed changes' persist
