@@ -58,27 +58,29 @@ def round_plans(target: str) -> list[str]:
 def cycle_write_ways(monkeypatch, ways: tuple[str, ...] = ("merge", "replace", "overwrite")) -> None:
     """Make every incremental write take the next of `ways` in turn, whatever the estimates
     say, so that one test sees each way's change feed (tiny test tables would otherwise
-    always be overwritten). A way that cannot apply a round's changes (a replace needs a
-    new row for every change, a delete none) leaves its turn to a later round, which a
-    merge meanwhile writes."""
+    always be overwritten). Stateless rounds and an aggregate's writes each take their own
+    turns, so that a chain of a stateless MV and an aggregate one cycles through the ways
+    in both. A way that cannot apply a round's changes (a replace needs some new row, a
+    delete none) leaves its turn to a later round, which a merge meanwhile writes."""
     from airflow_backfill.engine.aggregates import apply as aggregate_apply
     from airflow_backfill.engine.phases import apply
 
-    turn = 0
+    turns = {"stateless": 0, "aggregate": 0}
 
-    def next_usable(estimates) -> str:
-        nonlocal turn
-        way = ways[turn % len(ways)]
+    def next_usable(estimates, kind: str = "aggregate") -> str:
+        way = ways[turns[kind] % len(ways)]
         if way not in estimates:
             return "merge"
-        turn += 1
+        turns[kind] += 1
         return way
 
     planned = apply.plan_round
 
     def next_way(job, estimates, facts):
         chosen = planned(job, estimates, facts)
-        return chosen if chosen.plan == "recompute" else dataclasses.replace(chosen, plan=next_usable(estimates))
+        if chosen.plan == "recompute":
+            return chosen
+        return dataclasses.replace(chosen, plan=next_usable(estimates, "stateless"))
 
     monkeypatch.setattr(apply, "plan_round", next_way)
     monkeypatch.setattr(aggregate_apply, "_cheapest", next_usable)

@@ -195,6 +195,33 @@ def test_a_crash_between_the_state_and_mv_commits_is_recovered(spark, tables, mo
     check(upstream, job, ["g"])
 
 
+def test_a_failed_state_overwrite_leaves_the_mv_uncommitted(spark, tables, monkeypatch):
+    """The state's overwrite runs beside the MV's write; the MV commits only after the state
+    did, so a state write that fails leaves both tables as they were and the round redoable."""
+    upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g="b", x=2, s="q")])
+    job = job_for(tables, ALL)
+    run_snapshot(spark, job)
+    apply_epoch(upstream, [("update", 0, row(g="b", x=3, s="r")), ("insert", 0, row(g="c", x=4))])
+    real = aggregate_apply.write
+    ways: list[str] = []
+
+    def failing_state(spark, prepared, way, **kwargs):
+        ways.append(way)
+        if prepared.uri == state_uri(job.target):
+            raise RuntimeError("the state's disk is full")
+        return real(spark, prepared, way, **kwargs)
+
+    monkeypatch.setattr(aggregate_apply, "write", failing_state)
+    with pytest.raises(RuntimeError, match="disk is full"):
+        run_catch_up(spark, job)
+    assert watermarks(job) == (0, 0)
+    assert sorted(ways) == ["overwrite", "overwrite"], "both small tables are overwritten, side by side"
+    monkeypatch.undo()
+    run_catch_up(spark, job)
+    assert watermarks(job) == (1, 1)
+    check(upstream, job, ["g"])
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["one chunk", "three chunks"])
 def test_a_snapshot_that_crashed_after_its_state_commit_is_redone(spark, tables, monkeypatch, chunked):
     upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g="b", x=2, s="q")])

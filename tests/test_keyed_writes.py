@@ -24,7 +24,7 @@ pytestmark = pytest.mark.spark
 APP = "airflow_backfill/test"
 WAYS = (MERGE, OVERWRITE)
 """The ways that apply any keyed changes (append only takes keys above the table's,
-replace only changes that all have a new row, delete only changes that all delete)."""
+replace changes with some new row, delete only changes that all delete)."""
 
 
 def create(spark, uri: str, rows: list[tuple], schema: str, **properties: str) -> None:
@@ -74,12 +74,12 @@ def netted_feed(spark, uri: str, version: int, key: tuple[str, ...] = ("k",)) ->
 UPSERTS = [(5, "five", True), (20, "twenty", True), (6, "v6", True)]
 DELETES = [(3, None, None), (99, None, None)]
 CASES = {
-    "mixed": (UPSERTS + DELETES, (MERGE, OVERWRITE)),
+    "mixed": (UPSERTS + DELETES, (REPLACE, MERGE, OVERWRITE)),
     "upserts": (UPSERTS, (REPLACE, MERGE, OVERWRITE)),
     "deletes": (DELETES, (DELETE, MERGE, OVERWRITE)),
 }
-"""Changes of each kind and the ways that apply them (a replace needs every change to have a
-new row, a delete every change to leave)."""
+"""Changes of each kind and the ways that apply them (a delete needs every change to leave;
+a replace needs some new row, and deletes the keys without one)."""
 
 
 @pytest.mark.parametrize(("kind", "way"), [(kind, way) for kind, (_, ways) in CASES.items() for way in ways])
@@ -194,6 +194,30 @@ def test_a_small_table_is_overwritten_and_a_large_one_replaced_or_deleted_from(s
         deleted.release()
     write_keyed(spark, uri, frame, ("k",), app_id=APP, version=1, user_metadata="{}", null_safe=False)
     assert rows_of(spark, uri)[49] == (50, 0)
+
+
+@pytest.mark.parametrize("table", ["deletion vectors", "no deletion vectors", "held keys"])
+def test_a_replace_of_mixed_changes_deletes_the_keys_without_a_new_row(spark, tmp_path, table):
+    """Keys that leave and keys with new rows, replaced in one commit: from the table's file
+    list by a semi-join with every changed key (deletion vectors), by a condition of
+    literals when the driver holds a few keys, and by a MERGE where deletion vectors are off."""
+    uri = str(tmp_path / "mv")
+    properties = {"delta.enableDeletionVectors": "false"} if table == "no deletion vectors" else {}
+    create(spark, uri, [(k, f"v{k}") for k in range(1, 11)], "k int, v string", **properties)
+    frame = changes(spark, [(2, "two", True), (4, None, None), (12, "twelve", True), (7, None, None)], "k int, v string")
+
+    write_as(spark, REPLACE, uri, held_in_driver(frame) if table == "held keys" else frame, version=1)
+
+    assert rows_of(spark, uri) == [(1, "v1"), (2, "two"), (3, "v3"), (5, "v5"), (6, "v6"), (8, "v8"), (9, "v9"),
+                                   (10, "v10"), (12, "twelve")]
+    assert netted_feed(spark, uri, 1) == {(2,): (2, "two"), (4,): None, (7,): None, (12,): (12, "twelve")}
+    commit = DeltaTable(uri).history(limit=1)[0]
+    if table == "no deletion vectors":
+        assert commit["operation"] == "MERGE"
+    else:
+        predicate = commit["operationParameters"]["predicate"]
+        assert commit["operation"] == "WRITE"
+        assert ("EXISTS" in predicate) == (table == "deletion vectors")
 
 
 def test_a_merge_that_only_deletes_has_one_delete_clause_and_a_feed_of_the_deleted_keys(spark, tmp_path):

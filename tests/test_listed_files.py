@@ -15,11 +15,15 @@ from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
 from airflow_backfill.engine.delta.listed_files import latest_snapshot, listed_files, read_table
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.delta.transaction_write import APPEND, OVERWRITE, write_with_watermark
+from airflow_backfill.engine.spark_session import LISTED_FILES
 
 pytestmark = pytest.mark.spark
 
 APP = "airflow_backfill/listed-files-test"
 SCHEMA = "k long, v string"
+
+
+_LISTED_THRESHOLD = "spark.databricks.delta.allFilesInCrc.thresholdNumFiles"
 
 
 def _create(spark, uri: str, rows: list[tuple], *, files: int = 1) -> None:
@@ -104,9 +108,22 @@ def test_a_concurrent_commit_fails_an_overwrite_from_listed_files(spark, tmp_pat
     assert DeltaTable(uri).transaction_version(APP) == 0
 
 
+def test_the_engines_sessions_list_the_files_of_tables_beyond_deltas_default(spark, tmp_path):
+    """Delta lists a version's files in its checksum below 50 files by default; the engine's
+    sessions raise that, so an MV keeps its list as its rounds add files."""
+    uri = str(tmp_path / "sixty")
+    _create(spark, uri, [(k, str(k)) for k in range(120)], files=60)
+    _, snapshot = latest_snapshot(spark, uri)
+    assert listed_files(snapshot).size() == 60 < LISTED_FILES
+
+
 def test_tables_whose_checksum_lists_no_files_and_other_columns_go_through_delta(spark, tmp_path, listed_overwrites):
     many = str(tmp_path / "many")
-    _create(spark, many, [(k, str(k)) for k in range(120)], files=60)  # above the 50 files a checksum lists
+    spark.conf.set(_LISTED_THRESHOLD, "50")  # Delta's default: the checksum lists no file of 60
+    try:
+        _create(spark, many, [(k, str(k)) for k in range(120)], files=60)
+    finally:
+        spark.conf.set(_LISTED_THRESHOLD, str(LISTED_FILES))
     _, snapshot = latest_snapshot(spark, many)
     assert listed_files(snapshot) is None
     assert len(read_table(spark, many).collect()) == 120

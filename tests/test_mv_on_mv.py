@@ -70,7 +70,12 @@ def check_chain(spark, root: str, chain: str, monkeypatch) -> None:
     mv2 = job("mv2", mv1.target, f"{root}/mv2", query2, mv_key1)
 
     run_snapshot(spark, mv1)
-    apply_epoch(upstream, random_ops(rng))
+    # MV1's first round (a MERGE, the first of the ways in turn) updates a row it holds
+    ids = sorted(upstream.rows)
+    held = next(i for i, row_id in enumerate(ids) if upstream.rows[row_id]["h"] is not None)
+    old = upstream.rows[ids[held]]
+    updated = {**{k: v for k, v in old.items() if k != "id"}, "x": (old["x"] or 0) + 7}
+    apply_epoch(upstream, [("update", held, updated), *random_ops(rng)])
     run_catch_up(spark, mv1)
     run_snapshot(spark, mv2)  # MV2's snapshot reads MV1's files as of MV1's latest commit
     unchanged = min(upstream.rows)

@@ -41,11 +41,12 @@ from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.listed_files import read_table
-from airflow_backfill.engine.delta.log import column_names, rows_written
+from airflow_backfill.engine.delta.log import column_names, load_table, rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import signed_rows
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.round_plan import (
+    OVERWRITE,
     RECOMPUTE,
     WATERMARK_ONLY,
     RoundPlan,
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
     from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
     from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
@@ -218,17 +220,61 @@ def commit_round(
         chosen = chosen.with_writes(state=_cheapest(state_ways), mv=_cheapest(mv_ways))
         metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
         maybe_crash(info.phase, "after_write")
-        groups = write(spark, state, chosen.writes["state"], app_id=job.app_id, version=info.epoch,
-                       user_metadata=metadata.user_metadata(job))
-        maybe_crash(info.phase, "after_state_commit")
-        mv_info = replace(metadata, extra={**metadata.extra, "groups_changed": str(groups)})
-        changed = write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=info.epoch,
-                        user_metadata=mv_info.user_metadata(job))
+        changed = _write_state_then_mv(spark, job, state, mv, chosen, metadata)
         maybe_crash(info.phase, "after_commit")
         return changed, chosen
     finally:
         state.release()
         mv.release()
+
+
+def _write_state_then_mv(spark: SparkSession, job: BackfillJob, state: PreparedChanges, mv: PreparedChanges,
+                         chosen: RoundPlan, metadata: CommitInfo) -> int:
+    """Commit the state's changes, then the MV's (a crash between the two is recovered from
+    the state). An overwritten state (a small one, the usual case) is written by a thread
+    of its own while the MV's files are written, and the MV commits once the state has:
+    the two writes' jobs overlap (0.66 s -> 0.47 s for the state and MV of TPC-H Q3 at
+    SF 1, docs/benchmarks.md). Returns the MV rows changed."""
+    from pyspark import InheritableThread
+
+    applied = (load_table(state.uri).transaction_version(job.app_id) or -1) >= metadata.epoch
+    groups = 0 if applied else state.changed.rows or 0
+    mv_metadata = replace(metadata, extra={**metadata.extra, "groups_changed": str(groups)}).user_metadata(job)
+
+    def write_state() -> None:
+        write(spark, state, chosen.writes["state"], app_id=job.app_id, version=metadata.epoch,
+              user_metadata=metadata.user_metadata(job))
+
+    if chosen.writes["state"] != OVERWRITE:
+        write_state()
+        maybe_crash(metadata.phase, "after_state_commit")
+        return write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=metadata.epoch,
+                     user_metadata=mv_metadata)
+    failed: list[BaseException] = []
+
+    def state_thread() -> None:
+        try:
+            write_state()
+        except BaseException as error:  # raised again by the MV's write, which then does not commit
+            failed.append(error)
+
+    writer = InheritableThread(target=state_thread, name="state-overwrite")
+    writer.start()
+
+    def state_committed() -> None:
+        writer.join()
+        if failed:
+            raise failed[0]
+        maybe_crash(metadata.phase, "after_state_commit")
+
+    try:
+        changed = write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=metadata.epoch,
+                        user_metadata=mv_metadata, before_commit=state_committed)
+    finally:
+        writer.join()
+    if failed:  # the MV had its version already, so its write never waited
+        raise failed[0]
+    return changed
 
 
 def _cheapest(estimates: dict[str, float]) -> str:

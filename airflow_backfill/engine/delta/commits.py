@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -264,6 +264,22 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
                          user_metadata=user_metadata)
 
 
+def replace_and_delete_listed(frame: DataFrame, keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *,
+                              app_id: str, version: int, user_metadata: str, null_safe: bool) -> bool:
+    """Replace the table's rows of every key `keys` holds by `frame`'s rows (the new rows of
+    some of those keys; the others leave), in one commit from the checksum's file list
+    (`transaction_write.replace_with_watermark`): the rows found by a semi-join with `keys`,
+    marked in deletion vectors, and `frame` appended. Delta's own `replaceOn` matches only
+    the rows it writes, so it cannot delete keys that have no new row: False, with nothing
+    written, when the file list does not fit (the caller then merges)."""
+    ensure_held(uri)
+    equal = "<=>" if null_safe else "="
+    matched = " AND ".join(f"{TARGET}.{quote(column)} {equal} {CHANGES}.{quote(column)}" for column in key)
+    with _changes_view(keys) as view:
+        return replace_with_watermark(frame.sparkSession, uri, frame, condition=_exists(view, matched, bound),
+                                      app_id=app_id, version=version, user_metadata=user_metadata) is not None
+
+
 def replace_matching(frame: DataFrame, uri: str, condition: str, *, app_id: str, version: int,
                      user_metadata: str) -> None:
     """Replace the table's rows that meet `condition` (a condition of literals on the table's
@@ -308,13 +324,14 @@ def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None
             spark.conf.unset(_EXISTS_IN_DELETE)
 
 
-def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:
+def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str,
+              before_commit: Callable[[], None] | None = None) -> None:
     """Replace every row of the table with `frame`, in one commit with the watermark. The
     change feed shows every old row deleted and every new row inserted (exact per key once
-    netted, as rounds over an upstream net it)."""
+    netted, as rounds over an upstream net it). `before_commit`: as `write_with_watermark`'s."""
     ensure_held(uri)
     write_with_watermark(frame, uri, mode=OVERWRITE, options={}, app_id=app_id, version=version,
-                         user_metadata=user_metadata)
+                         user_metadata=user_metadata, before_commit=before_commit)
 
 
 @contextmanager

@@ -5,7 +5,8 @@ rebuilds that version's state from the log (three Spark jobs, 0.5 - 0.6 s even f
 table of four rows; docs/benchmarks.md). An aggregate's round reads and overwrites two
 such tables (its state and its MV), each at a version the previous round just made.
 But Delta also writes every version's whole file list into the version's checksum file
-(`.crc`, `VersionChecksum.allFiles`) while the table has fewer than 50 files, computed
+(`.crc`, `VersionChecksum.allFiles`) while the table has fewer files than a threshold
+(50 by default; the engine's sessions raise it to `spark_session.LISTED_FILES`), computed
 at commit time from the previous list and the commit's actions, and it keeps the list
 of the version it just committed in memory. Delta itself reads that list only to
 verify it; this module reads and overwrites from it:
@@ -19,8 +20,8 @@ verify it; this module reads and overwrites from it:
 - `listed_rows`: the rows of a small table read by the driver from the listed files
   (no deletion vectors), where a Spark read and collect is a job of about 0.1 s.
 
-When a version's checksum carries no list (more than 50 files, no `.crc`, another
-writer), everything falls back to Delta's reader and writer as they are.
+When a version's checksum carries no list (more files than the threshold, no `.crc`,
+another writer), everything falls back to Delta's reader and writer as they are.
 """
 
 from __future__ import annotations

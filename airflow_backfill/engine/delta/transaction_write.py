@@ -18,7 +18,7 @@ Two guarantees of the writer options are kept:
   registered among the transaction's reads, which Delta's conflict checker compares with
   every commit that won the race (`ConcurrentTransactionException`).
 
-An overwrite of a table whose checksum lists its files (`listed_files`: under 50 files)
+An overwrite of a table whose checksum lists its files (`listed_files`: under 2,000 files)
 removes those files instead of asking Delta's rebuilt state for them, which would cost
 the same three jobs again; `replace_with_watermark` marks the rows a replace or delete
 removes in deletion vectors from that list too (`listed_replace`).
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
@@ -49,14 +49,16 @@ OVERWRITE = "Overwrite"
 
 def write_with_watermark(
     frame: DataFrame, uri: str, *, mode: str, options: Mapping[str, str], app_id: str, version: int,
-    user_metadata: str,
+    user_metadata: str, before_commit: Callable[[], None] | None = None,
 ) -> bool:
     """Write `frame` into the Delta table at `uri` (`mode` APPEND or OVERWRITE, Delta writer
     `options` such as `replaceOn` or `replaceWhere`) in one commit that records app transaction
     (`app_id`, `version`) and `user_metadata`. False, with nothing written, when the
-    table already records `version` or a later one."""
+    table already records `version` or a later one. `before_commit` runs once the files
+    are written, before the commit (it may wait for another table's commit, or raise to
+    leave this one uncommitted)."""
     return bool(_commit(frame.sparkSession, uri, frame, mode=mode, options=options, app_id=app_id, version=version,
-                        user_metadata=user_metadata))
+                        user_metadata=user_metadata, before_commit=before_commit))
 
 
 def commit_watermark(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
@@ -81,7 +83,8 @@ def replace_with_watermark(
 
 
 def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],
-            app_id: str, version: int, user_metadata: str, replaced: str | None = None) -> bool | None:
+            app_id: str, version: int, user_metadata: str, replaced: str | None = None,
+            before_commit: Callable[[], None] | None = None) -> bool | None:
     jvm = spark._jvm
     assert jvm is not None
     jspark = spark._jsparkSession
@@ -120,6 +123,8 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
                 delta_log, save_mode, delta_options, empty, _scala_map(jvm, {}), frame._jdf, none, none, False)
             written = command.writeAndReturnCommitData(transaction, jspark, none, False)
             actions, tags = written.actions(), written.stringTags()
+        if before_commit is not None:
+            before_commit()
         now = jvm.java.lang.Long.valueOf(int(time.time() * 1000))
         transaction.updateSetTransaction(app_id, version, jvm.scala.Option.apply(now))
         transaction.commit(actions, operation, tags)

@@ -6,12 +6,15 @@ jobs they take:
 
 - `append`: every changed key is new and above the table's largest key (new orders):
   one write, nothing read;
-- `replace`: every change has a new row (updates, inserts): the table's rows of those
-  keys are deleted by a semi-join with them (deletion vectors, key columns read) and the
-  new rows appended, one commit (Delta's `replaceOn`);
+- `replace`: some change has a new row (updates, inserts, with or without deletes): the
+  table's rows of every changed key are deleted by a semi-join with the keys (deletion
+  vectors, key columns read) and the new rows appended, one commit (Delta's `replaceOn`;
+  keys that leave without a new row are deleted from the table's listed files, or by a
+  MERGE where the table does not list them);
 - `delete`: every change deletes its key: a DELETE by the same semi-join;
 - `merge`: Delta's MERGE of the keyed changes: any number of keys, but dozens of small
-  jobs and a shuffle of every touched file;
+  jobs and a shuffle of every touched file (chosen when earlier rounds corrected the
+  others' estimates upwards, or for `round_plan: merge`);
 - `overwrite`: the whole table written anew (its rows outside the changed keys plus the
   new rows): one job, cheapest for small tables (an aggregate's state, most aggregate MVs);
 - `recompute`: the MV query over the upstream as of the round's last epoch replaces the
@@ -181,7 +184,7 @@ def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, rate
     }
     if facts.new_keys_only:
         estimates[APPEND] = rates.fixed[APPEND] + written
-    if present_rows == change_keys:
+    if present_rows:  # the keys without a new row are deleted by the same replace
         estimates[REPLACE] = rates.fixed[REPLACE] + located + written
     if present_rows == 0:
         estimates[DELETE] = rates.fixed[DELETE] + located
