@@ -25,6 +25,9 @@ side by side in that session, for each MV:
    job's snapshot says that beats the least a round costs; incremental to measure the
    rounds that apply their changes).
 
+The session's JVM gets `--driver-memory` of heap (4g from SF 10 on, where the plain Spark
+job and the recompute run out of Spark's default 1 GiB while sorting their Parquet writes).
+
 Prints the figures and writes them to the JSON file (docs/benchmarks.md, "Joins").
 """
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -45,8 +49,12 @@ if ROOT not in sys.path:  # `python bench/joins.py` puts bench/, not the checkou
     sys.path.insert(0, ROOT)
 
 from airflow_backfill import tpch  # noqa: E402
+from airflow_backfill.engine.spark_session import SUBMIT_ARGS_VARIABLE  # noqa: E402
 from airflow_backfill.job import BackfillJob  # noqa: E402
 from bench.measure import without_cached_states  # noqa: E402
+
+LARGE_SCALE_HEAP = "4g"
+"""The session's heap from SF 10 on (`--driver-memory` sets another)."""
 
 Q3_JOIN = (
     "FROM customer, orders, lineitem WHERE c_mktsegment = 'BUILDING' AND c_custkey = o_custkey "
@@ -59,6 +67,13 @@ QUERIES = {
                f"o_shippriority {Q3_JOIN}",
 }
 Q3 = QUERIES["q3"]
+
+
+def driver_memory(value: str) -> str:
+    """A JVM heap size as `--driver-memory` takes it (digits and a unit: 512m, 4g)."""
+    if not re.fullmatch(r"[1-9][0-9]*[mMgG]", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is no heap size: give digits and a unit, e.g. 4g or 512m")
+    return value.lower()
 
 
 def q3_job(tables: tpch.TpchTables, name: str, target: str, query: str = Q3, round_plan: str = "auto") -> BackfillJob:
@@ -197,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--round-plan", default="auto", choices=("auto", "incremental", "recompute"),
                         help="the MVs' round_plan in the refresh section (auto: recompute when cheaper)")
+    parser.add_argument("--driver-memory", type=driver_memory, default=None,
+                        help="the session's JVM heap, e.g. 4g (default: 4g from SF 10 on, Spark's 1g below)")
     parser.add_argument("--output", default=os.path.join(ROOT, "bench", "join_results.json"))
     parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one, removed)")
     args = parser.parse_args(argv)
@@ -205,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sections takes snapshot and/or refresh, got {args.sections!r}")
     from airflow_backfill.engine.spark_session import build_spark_session
 
+    memory = args.driver_memory or (LARGE_SCALE_HEAP if args.scale >= 10 else None)
+    if memory is not None:  # read by pyspark when it launches the session's JVM
+        os.environ[SUBMIT_ARGS_VARIABLE] = f"--driver-memory {memory} " + os.environ.get(SUBMIT_ARGS_VARIABLE,
+                                                                                      "pyspark-shell")
     work = args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-joins-bench-")
     try:
         started = time.monotonic()
@@ -213,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_spark_session("airflow_backfill-bench-joins", parallelism=2)
         try:
             results: dict[str, Any] = {"scale_factor": args.scale, "parallelism": 2, "load_s": load_s,
-                                       "cpus": os.cpu_count(), "load_average_before": os.getloadavg()}
+                                       "driver_memory": memory or "1g", "cpus": os.cpu_count(),
+                                       "load_average_before": os.getloadavg()}
             for kind in (k for k in args.kinds.split(",") if k):
                 results[kind] = {}
                 if "snapshot" in sections:

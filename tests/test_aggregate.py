@@ -17,7 +17,7 @@ from airflow_backfill.engine.aggregates import apply as aggregate_apply
 from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
 from airflow_backfill.engine.aggregates.snapshot import partials_uri
 from airflow_backfill.engine.aggregates.state import state_uri
-from airflow_backfill.engine.delta import driver_rows
+from airflow_backfill.engine.delta import driver_rows, keyed_writes
 from airflow_backfill.engine.delta.log import CHECKPOINT_INTERVAL_PROPERTY, last_commit_metadata
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
@@ -69,6 +69,8 @@ def state_rows(job: BackfillJob) -> list[dict]:
                               "feed from Spark's reader"])
 def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows, feed):
     monkeypatch.setattr(driver_rows, "DRIVER_ROWS", held_rows)
+    monkeypatch.setattr(aggregate_apply, "HELD_TABLE_ROWS", held_rows)
+    monkeypatch.setattr(keyed_writes, "HELD_TABLE_ROWS", held_rows)
     if feed != "driver":  # a feed too large for the driver, read from the files its log lists or by Delta
         monkeypatch.setattr(aggregate_apply, "feed_in_driver", lambda *args, **kwargs: None)
     if feed == "spark":

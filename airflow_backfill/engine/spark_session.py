@@ -32,10 +32,10 @@ StringUtils warns at every plan of a join round that its text was truncated, as
 `spark.sql.maxPlanStringLength` below asks."""
 SUBMIT_ARGS_VARIABLE = "PYSPARK_SUBMIT_ARGS"
 DEFAULT_MASTER = "local[*]"
+"""The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
 LISTED_FILES = 2_000
 """The most files of a table whose file list (with each file's statistics, about 1 KiB a
 file) Delta keeps in each commit's checksum and in memory."""
-"""The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
 
 
 def spark_conf_for_parallelism(parallelism: int) -> dict[str, str]:

@@ -36,7 +36,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, held_in_driver, is_local
+from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, held_in_driver, is_local
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
@@ -173,8 +173,8 @@ def fold_signed_rows(
     touched = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch, leaving_groups=leaving_groups)
     # Changes the driver holds, folded into a small state, take a moment: their touched groups
     # are collected straight away, with no cache to plan (folded again only if too many).
-    small = is_local(signed) and table_rows(state_uri(job.target)) <= DRIVER_ROWS
-    held = held_in_driver(touched) if small else None
+    small = is_local(signed) and table_rows(state_uri(job.target)) <= HELD_TABLE_ROWS
+    held = held_in_driver(touched, HELD_TABLE_ROWS) if small else None
     rows = held if held is not None else touched.cache()
     try:
         return (change_rows,

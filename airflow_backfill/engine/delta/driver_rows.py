@@ -29,6 +29,13 @@ DRIVER_ROWS = 10_000
 """The most rows a round holds in the driver (a few MB for the narrow rows of an
 aggregate's touched groups); larger results stay where Spark computed them."""
 
+HELD_TABLE_ROWS = 50_000
+"""The most rows of a small table (an aggregate's state, a small MV) whose rounds the
+driver holds whole: the touched groups folded into it, and the rows an overwrite of it
+keeps. Both then plan over local relations instead of scans and broadcast joins (a few
+tenths of a second a write); 50,000 narrow rows cost the driver a few MB, and Spark makes
+a local relation of them in under 0.1 s (docs/benchmarks.md)."""
+
 DRIVER_JOIN_ROWS = 1_000_000
 """The most rows of both sides together that `local_join` joins in the driver with
 Arrow's hash join; larger joins are left to Spark."""
@@ -41,6 +48,22 @@ def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | No
     `spark.sql.execution.arrow.localRelationThreshold`)."""
     table = arrow_rows(frame, limit)
     return None if table is None else local_relation(frame.sparkSession, table, frame.schema)
+
+
+def held_or_cached(frame: DataFrame, limit: int | None = None) -> DataFrame:
+    """`frame`'s rows as a local relation when there are at most `limit` (default
+    `DRIVER_ROWS`), else `frame` cached: either way its rows are computed once (a collect
+    that found too many would otherwise be computed again by the next action)."""
+    cached = frame.persist()
+    try:
+        held = held_in_driver(cached, limit)
+    except BaseException:
+        cached.unpersist()
+        raise
+    if held is None:
+        return cached
+    cached.unpersist()
+    return held
 
 
 def arrow_rows(frame: DataFrame, limit: int | None = None) -> pa.Table | None:

@@ -41,7 +41,7 @@ from airflow_backfill.engine.delta.commits import (
     replace_keys,
     replace_matching,
 )
-from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, arrow_rows, is_local, local_relation
+from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, arrow_rows, is_local, local_relation
 from airflow_backfill.engine.delta.key_literals import LITERAL_KEYS, keys_condition
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
@@ -234,7 +234,7 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
     import pyarrow as pa
     from pyspark.sql.types import BooleanType, DateType, DecimalType, IntegralType, StringType
 
-    if prepared.facts.rows > DRIVER_ROWS or not is_local(prepared.frame):
+    if prepared.facts.rows > HELD_TABLE_ROWS or not is_local(prepared.frame):
         return None
     names = {field.name.lower(): field for field in current.schema.fields}
     key_fields = [names[column.lower()] for column in prepared.key]
@@ -243,7 +243,7 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
         return None
     table = listed_rows(spark, prepared.uri, prepared.table_version, current.schema)
     if table is None:
-        table = arrow_rows(current)
+        table = arrow_rows(current, HELD_TABLE_ROWS)
     if table is None:
         return None
     changed = {key for key in (tuple(row) for row in prepared.frame.select(*prepared.key).collect())  # no job

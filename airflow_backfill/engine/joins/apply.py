@@ -46,6 +46,7 @@ from airflow_backfill.engine.delta.commits import (
     repeated_key_error,
     repeated_key_named,
 )
+from airflow_backfill.engine.delta.driver_rows import held_or_cached
 from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
@@ -154,11 +155,12 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
     they are paid for.
     """
     started = time.monotonic()
-    prepared = None
+    keyed = prepared = None
     try:
         # Holding the changes evaluates them: a repeated key fails here, before any write.
-        prepared = prepare(spark, job.target, keyed_changes(spark, plan, signed, leaving), plan.mv_key,
-                           null_safe=plan.null_safe_key)
+        # Few keyed changes are held by the driver: the write's plans then run no job.
+        keyed = held_or_cached(keyed_changes(spark, plan, signed, leaving))
+        prepared = prepare(spark, job.target, keyed, plan.mv_key, null_safe=plan.null_safe_key)
         keys = prepared.changed.rows or 0
         if not keys:
             chosen = RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no MV row")
@@ -191,6 +193,8 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
     finally:
         if prepared is not None:
             prepared.release()
+        if keyed is not None:
+            keyed.unpersist()
 
 
 def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame, leaving: DataFrame | None = None) -> DataFrame:
