@@ -164,17 +164,17 @@ def fold_signed_rows(
     Returns (change rows folded, MV rows changed, the plan).
     """
     aggregate = _aggregate(plan)
-    state = read_state(spark, job, _state_columns(aggregate))
+    # Changes the driver holds, folded into a small state, take a moment: the state is held
+    # too, and their touched groups are collected straight away, with no cache to plan.
+    small = is_local(signed) and table_rows(state_uri(job.target)) <= HELD_TABLE_ROWS
+    state = read_state(spark, job, _state_columns(aggregate), held=small)
     if change_rows is None:
         change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)
     if not change_rows:
         _commit_watermarks_only(spark, job, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
     touched = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch, leaving_groups=leaving_groups)
-    # Changes the driver holds, folded into a small state, take a moment: their touched groups
-    # are collected straight away, with no cache to plan (folded again only if too many).
-    small = is_local(signed) and table_rows(state_uri(job.target)) <= HELD_TABLE_ROWS
-    held = held_in_driver(touched, HELD_TABLE_ROWS) if small else None
+    held = held_in_driver(touched, HELD_TABLE_ROWS) if small else None  # folded again only if too many
     rows = held if held is not None else touched.cache()
     try:
         return (change_rows,

@@ -21,7 +21,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.listed_files import read_table
+from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, local_relation
+from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.listed_files import latest_snapshot, listed_rows, read_table
 from airflow_backfill.engine.delta.log import load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
@@ -64,16 +66,23 @@ def discard_state(target: str) -> bool:
     return True
 
 
-def read_state(spark: SparkSession, job: BackfillJob, columns: list[str]) -> DataFrame:
+def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, held: bool = False) -> DataFrame:
     """The whole current state (one row per live group), checked to hold exactly `columns`.
 
     Pinned to the state's current version: a round reads the state and then merges into
     it, and a lazily evaluated read must never see its own round's commit. Another set of
     columns means the job's query changed since the MV was built: its state cannot be
-    reused.
+    reused. `held`: a state of at most `HELD_TABLE_ROWS` rows is read by the driver from
+    the files its checksum lists into a local relation, so that plans over it (a round's
+    fold of few changes) plan no scan of it.
     """
     uri = state_uri(job.target)
     state = read_table(spark, uri)
+    if held and table_rows(uri) <= HELD_TABLE_ROWS:
+        _, snapshot = latest_snapshot(spark, uri)
+        rows = listed_rows(spark, uri, snapshot.version(), state.schema)
+        local = None if rows is None else local_relation(spark, rows, state.schema)
+        state = state if local is None else local
     if state.columns != columns:
         raise TargetError(
             f"the aggregate state of MV {job.target} has columns {state.columns}, but the job's query needs "

@@ -275,10 +275,10 @@ def _leaving_groups(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost:
                     state_keys: Mapping[int, tuple[str, ...]]) -> DataFrame:
     """The state rows of the groups that hold a lost row of a table in `lost` (whose key
     the grouping holds, in the state's `state_keys` columns): every row of such a group
-    holds that lost row, so the whole group leaves."""
+    holds that lost row, so the whole group leaves. A small state is read by the driver."""
     assert plan.flat.aggregate is not None
     aggregate = plan.flat.aggregate
-    state = read_state(spark, job, [*key_columns(aggregate), *state_value_columns(aggregate)])
+    state = read_state(spark, job, [*key_columns(aggregate), *state_value_columns(aggregate)], held=True)
     return _holding(plan, state, lost, state_keys)
 
 
