@@ -23,7 +23,6 @@ from airflow_backfill.engine.aggregates.apply import commit_round, touched_group
 from airflow_backfill.engine.aggregates.state import discard_state, read_state, state_uri
 from airflow_backfill.engine.aggregates.view import analyse, cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.delta.commits import (
-    GROUP_TABLE_PROPERTIES,
     CommitInfo,
     append,
     commit_watermark_only,
@@ -169,15 +168,13 @@ def _create(spark: SparkSession, job: KafkaBackfillJob, plan: QueryPlan, records
     records.createOrReplaceTempView("source")
     state = cast_to(spark.sql(sql.state_sql(aggregate)), state_schema)
     append(state, state_uri(job.target), app_id=job.app_id, version=info.epoch,
-           user_metadata=info.user_metadata(job), create=True,
-           properties=GROUP_TABLE_PROPERTIES)
+           user_metadata=info.user_metadata(job), create=True)
     maybe_crash(PHASE, "after_state_commit")
     mv_schema = analyse(spark, records.schema, job.query)
     committed = spark.read.format("delta").load(state_uri(job.target))
     mv_rows = visible_rows(spark, aggregate, committed, value_types(spark, aggregate, records.schema), mv_schema)
     append(mv_rows, job.target, app_id=job.app_id, version=info.epoch,
-           user_metadata=replace(info, extra={"groups": str(committed.count())}).user_metadata(job), create=True,
-           properties=GROUP_TABLE_PROPERTIES)
+           user_metadata=replace(info, extra={"groups": str(committed.count())}).user_metadata(job), create=True)
 
 
 def _commit_split_states_only(spark: SparkSession, job: KafkaBackfillJob, info: RoundCommit) -> None:

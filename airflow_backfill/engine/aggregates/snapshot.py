@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.state import discard_state, state_uri
 from airflow_backfill.engine.aggregates.view import analyse, cast_to, value_types, visible_rows
-from airflow_backfill.engine.delta.commits import GROUP_TABLE_PROPERTIES, append
+from airflow_backfill.engine.delta.commits import append
 from airflow_backfill.engine.delta.log import rows_written, table_exists
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, state_dir
@@ -75,8 +75,7 @@ def commit_aggregate_snapshot(
             log.info("a previous snapshot attempt stopped between its two commits; its state was discarded")
         maybe_crash(PHASE_SNAPSHOT, "after_write")
         append(state.coalesce(info.parallelism), state_uri(job.target), app_id=job.app_id, version=info.epoch,
-               user_metadata=info.user_metadata(job), create=True,
-               properties=GROUP_TABLE_PROPERTIES)
+               user_metadata=info.user_metadata(job), create=True)
         maybe_crash(PHASE_SNAPSHOT, "after_state_commit")
         groups = rows_written(state_uri(job.target))  # the commit's metrics: no job counts the state
         mv_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream_struct), mv_schema)
@@ -87,8 +86,7 @@ def commit_aggregate_snapshot(
             rows = mv_rows.count()
         mv_info = replace(info, rows=rows, extra={**info.extra, "groups": str(groups)})
         append(mv_rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
-               user_metadata=mv_info.user_metadata(job), create=True,
-               properties=GROUP_TABLE_PROPERTIES)
+               user_metadata=mv_info.user_metadata(job), create=True)
     finally:
         if mv_rows is not None:
             mv_rows.unpersist()

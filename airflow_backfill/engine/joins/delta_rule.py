@@ -120,17 +120,18 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
     table = plan.tables[index]
     uri = upstream_uri(job, table.name)
     held = feed_in_driver(spark, uri, old, new, list(table.columns), limit=JOIN_FEED_ROWS)
-    feed = held.frame if held is not None else read_change_feed(spark, uri, old, new, list(table.columns))
     columns = plan.flat_columns(index)
+    local = None if held is None else _netted_in_driver(spark, held, list(table.columns), columns)
+    if local is not None:  # Spark's plan below is not even built (a few hundred py4j calls)
+        return local
+    feed = held.frame if held is not None else read_change_feed(spark, uri, old, new, list(table.columns))
     netted = (
         signed_rows(feed, list(table.columns))
         .select(*(F.col(quote(c)).alias(f) for c, f in zip(table.columns, columns, strict=True)), SIGN)
         .groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).cast("int").alias(SIGN))
         .filter(F.col(SIGN) != 0)
     )
-    local = None if held is None else _netted_in_driver(spark, held, list(table.columns), columns)
-    if local is None and held is not None:
-        local = held_in_driver(netted, JOIN_FEED_ROWS)
+    local = None if held is None else held_in_driver(netted, JOIN_FEED_ROWS)
     return local if local is not None else netted.cache()
 
 
