@@ -20,6 +20,17 @@ from bench.run import ChildRun, combine, plan_children  # noqa: E402
 from bench.workload import freshness_latencies  # noqa: E402
 
 
+def test_the_join_benchmark_takes_a_heap_size_and_refuses_anything_else() -> None:
+    import argparse
+
+    from bench.joins import driver_memory
+
+    assert driver_memory("4g") == "4g" and driver_memory("512M") == "512m"
+    for bad in ("4x", "0g", "4", "g", "4 g", "-1g"):
+        with pytest.raises(argparse.ArgumentTypeError, match="no heap size"):
+            driver_memory(bad)
+
+
 def test_percentile_is_nearest_rank_and_median_is_the_middle() -> None:
     values = [float(v) for v in range(1, 21)]
     assert percentile(values, 0.95) == 19.0
