@@ -155,6 +155,7 @@ def test_a_small_tables_rows_read_by_the_driver_are_sparks(spark, tmp_path):
     held = listed_rows(spark, uri, 0, current.schema)
     assert held is not None and held.sort_by("k").equals(current.toArrow().sort_by("k"))
     assert listed_rows(spark, uri, 0, current.select("s", "k").schema).column_names == ["s", "k"]
+    assert listed_rows(spark, uri, None, current.schema).equals(held)  # None: whichever version is the latest
     spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 3")  # a deletion vector: left to Spark
     assert listed_rows(spark, uri, 1, read_table(spark, uri).schema) is None
     assert listed_rows(spark, uri, 0, current.schema) is None  # not the latest version

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, local_relation
 from airflow_backfill.engine.delta.key_range import table_rows
-from airflow_backfill.engine.delta.listed_files import latest_snapshot, listed_rows, read_table
+from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
 from airflow_backfill.engine.delta.log import load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
@@ -79,8 +79,7 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
     uri = state_uri(job.target)
     state = read_table(spark, uri)
     if held and table_rows(uri) <= HELD_TABLE_ROWS:
-        _, snapshot = latest_snapshot(spark, uri)
-        rows = listed_rows(spark, uri, snapshot.version(), state.schema)
+        rows = listed_rows(spark, uri, None, state.schema)
         local = None if rows is None else local_relation(spark, rows, state.schema)
         state = state if local is None else local
     if state.columns != columns:

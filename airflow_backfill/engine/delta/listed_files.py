@@ -81,17 +81,17 @@ def listed_files(snapshot: Any) -> Any | None:
     return files.get() if files.isDefined() else None
 
 
-def listed_rows(spark: SparkSession, uri: str, version: int, schema: StructType) -> pa.Table | None:
-    """The rows of the table at `uri` as of `version` (its latest), columns and types of
-    `schema`, read by the driver from the Parquet files its checksum lists; None when it
-    lists none, or a file has a deletion vector or lacks a column, or a type does not
-    convert (then the caller reads through Spark)."""
+def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: StructType) -> pa.Table | None:
+    """The rows of the table at `uri` as of `version` (its latest; None: whichever version
+    that is), columns and types of `schema`, read by the driver from the Parquet files its
+    checksum lists; None when it lists none, or a file has a deletion vector or lacks a
+    column, or a type does not convert (then the caller reads through Spark)."""
     import pyarrow as pa
     from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import to_arrow_schema
 
     _, snapshot = latest_snapshot(spark, uri)
-    listed = listed_files(snapshot) if snapshot.version() == version else None
+    listed = listed_files(snapshot) if version is None or snapshot.version() == version else None
     if listed is None:
         return None
     try:
