@@ -25,6 +25,7 @@ from airflow_backfill.engine.delta.change_feed import (
 from airflow_backfill.engine.delta.driver_feed import range_files, range_schema
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.storage import files
+from airflow_backfill.storage.spark_parquet import read_parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -85,10 +86,10 @@ def listed_feed(spark: SparkSession, source: str, watermark: int, end_version: i
     for (version, is_cdc), group in groupby(found, key=lambda change: (change.version, change.is_cdc)):
         uris = [change.uri for change in group]
         if is_cdc:
-            read = spark.read.schema(StructType([*wanted, StructField(CHANGE_TYPE, StringType())])).parquet(*uris)
+            read = read_parquet_files(spark, StructType([*wanted, StructField(CHANGE_TYPE, StringType())]), uris)
             kind = F.col(CHANGE_TYPE)
         else:
-            read = spark.read.schema(StructType(wanted)).parquet(*uris)
+            read = read_parquet_files(spark, StructType(wanted), uris)
             kind = F.lit(_INSERT)
         parts.append(read.select(*(F.col(f"`{c}`") for c in columns), kind.alias(CHANGE_TYPE),
                                  F.lit(version).cast("long").alias(COMMIT_VERSION)))

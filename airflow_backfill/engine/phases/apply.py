@@ -83,6 +83,7 @@ from airflow_backfill.engine.round_planner import (
     stateless_facts,
 )
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
+from airflow_backfill.storage.spark_parquet import read_parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -221,7 +222,7 @@ def _appended_rows(spark: SparkSession, job: BackfillJob, appended: AppendedFile
     schema = from_arrow_schema(arrow_schema(load_table(job.source)))
     if not appended.paths:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*appended.paths)
+    return read_parquet_files(spark, schema, appended.paths)
 
 
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:

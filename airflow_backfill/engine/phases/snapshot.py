@@ -72,6 +72,7 @@ from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
 from airflow_backfill.storage import files
+from airflow_backfill.storage.spark_parquet import read_parquet_files
 from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
@@ -273,7 +274,7 @@ def read_files(spark: SparkSession, upstream: UpstreamInfo, chunk: Chunk) -> Dat
 
     if upstream.deletion_vectors:
         return spark.read.format("delta").option("versionAsOf", upstream.version).load(upstream.uri)
-    return spark.read.schema(from_arrow_schema(upstream.schema)).parquet(*(f.path for f in chunk.files))
+    return read_parquet_files(spark, from_arrow_schema(upstream.schema), [f.path for f in chunk.files])
 
 
 def _run_chunk(
