@@ -217,6 +217,41 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
     return with_padded(current, plan, skip, read)
 
 
+def chunk_joined(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, bounded: bool) -> DataFrame:
+    """A snapshot chunk's `rows` (flat columns of table `start`, the largest upstream)
+    joined with every other table. When every join is INNER (any order gives the same
+    rows), each of `start`'s neighbours is first joined with the tables beyond it, and
+    the chunk's many rows meet the result last, as in the plan of a query that names the
+    large table last (Spark does not reorder joins): TPC-H Q3's orders meet the customers
+    of one segment before the line items (docs/benchmarks.md). With a LEFT join the order
+    is the query's own (`walk`). The neighbours are bounded by the chunk's range of their
+    join column when `bounded`."""
+    if any(table.padded for table in plan.tables):
+        return walk(plan, start, rows, read, semi_join=False, bounded=bounded)
+    current = rows
+    for there in plan.neighbours(start):
+        _, pairs = edge(plan, start, there)
+        here_columns = [flat_column(plan.tables[start].name, c) for c, _ in pairs]
+        there_columns = [flat_column(plan.tables[there].name, c) for _, c in pairs]
+        near = restricted(read(there), plan, there, [c for _, c in pairs], rows.select(*(quote(c) for c in here_columns)),
+                          here_columns, semi_join=False, bounded=bounded and read.skippable(there))
+        current = current.join(_branch(plan, start, there, near, read), _equal(here_columns, there_columns), "inner")
+    return with_padded(current, plan, frozenset(), read)
+
+
+def _branch(plan: JoinPlan, came_from: int, here: int, rows: DataFrame, read: Reader) -> DataFrame:
+    """`rows` of table `here` (flat) INNER-joined with every table beyond it, away from
+    `came_from`."""
+    for there in plan.neighbours(here):
+        if there == came_from:
+            continue
+        _, pairs = edge(plan, here, there)
+        beyond = _branch(plan, here, there, flat_rows(read(there), plan, there), read)
+        rows = rows.join(beyond, _equal([flat_column(plan.tables[here].name, c) for c, _ in pairs],
+                                        [flat_column(plan.tables[there].name, c) for _, c in pairs]), "inner")
+    return rows
+
+
 def _lookup_keys(read: Reader, there: int, columns: list[str], keys: DataFrame,
                  key_columns: list[str]) -> HeldRows | None:
     """`Reader.lookup` at keys Spark computed: collected first (one job), unless there are

@@ -30,7 +30,7 @@ from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins.recompute import repeated_join_key
-from airflow_backfill.engine.joins.relation import flat_rows, flat_schema, reader, walk
+from airflow_backfill.engine.joins.relation import chunk_joined, flat_rows, flat_schema, reader
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
 from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
 from airflow_backfill.engine.phases.changes import apply_query
@@ -270,5 +270,4 @@ def chunk_source(spark: SparkSession, plan: JoinPlan, read: Reader, info: Upstre
     """The flat relation of one chunk: its rows joined with the other upstreams, each read
     over the range of join keys the chunk holds (not `bounded`: the only chunk, whose range
     is every key, so the scan for it is skipped)."""
-    return walk(plan, chunked, flat_rows(read_files(spark, info, chunk), plan, chunked), read, semi_join=False,
-                bounded=bounded)
+    return chunk_joined(plan, chunked, flat_rows(read_files(spark, info, chunk), plan, chunked), read, bounded=bounded)
