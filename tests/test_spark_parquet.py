@@ -1,5 +1,5 @@
-"""Many local Parquet files named by the log are read without Spark's listing job, and the
-session's listing threshold is left as it was."""
+"""Many local Parquet files named by the log are read without Spark's listing job, files on
+an object store with it, and the session's listing threshold is left as it was."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_backfill.storage import files
 from airflow_backfill.storage.spark_parquet import LISTING_THRESHOLD, read_parquet_files
+from airflow_backfill.storage.uri import join
 
 pytestmark = pytest.mark.spark
 
@@ -46,3 +48,15 @@ def test_a_threshold_the_session_set_is_kept(spark, tmp_path):
         assert frame.count() == 2 * FILES
     finally:
         spark.conf.unset(LISTING_THRESHOLD)
+
+
+def test_files_on_an_object_store_keep_sparks_listing_job(spark, s3_tables):
+    folder = s3_tables["source"] + "_files"
+    spark.range(2 * FILES).repartition(FILES).write.parquet(folder)
+    paths = [join(folder, name) for name in files.list_names(folder) if name.endswith(".parquet")]
+    assert len(paths) == FILES
+    before = _jobs(spark)
+    frame = read_parquet_files(spark, "id long", paths)
+    assert _jobs(spark) > before  # each lookup is a request: Spark spreads them over its tasks
+    assert spark.conf.get(LISTING_THRESHOLD, None) is None
+    assert frame.count() == 2 * FILES
