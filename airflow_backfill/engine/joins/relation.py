@@ -179,8 +179,7 @@ def walk(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, skip: fro
             if there in included or there in skip:
                 continue
             kind, pairs = edge(plan, here, there)
-            here_columns = [flat_column(plan.tables[here].name, c) for c, _ in pairs]
-            there_columns = [flat_column(plan.tables[there].name, c) for _, c in pairs]
+            here_columns, there_columns = edge_columns(plan, here, there)
             how = "inner" if kind == INNER else "left"
             included.add(there)
             queue.append(there)
@@ -231,8 +230,7 @@ def chunk_joined(plan: JoinPlan, start: int, rows: DataFrame, read: Reader, *, b
     current = rows
     for there in plan.neighbours(start):
         _, pairs = edge(plan, start, there)
-        here_columns = [flat_column(plan.tables[start].name, c) for c, _ in pairs]
-        there_columns = [flat_column(plan.tables[there].name, c) for _, c in pairs]
+        here_columns, there_columns = edge_columns(plan, start, there)
         near = restricted(read(there), plan, there, [c for _, c in pairs], rows.select(*(quote(c) for c in here_columns)),
                           here_columns, semi_join=False, bounded=bounded and read.skippable(there))
         current = current.join(_branch(plan, start, there, near, read), _equal(here_columns, there_columns), "inner")
@@ -245,10 +243,8 @@ def _branch(plan: JoinPlan, came_from: int, here: int, rows: DataFrame, read: Re
     for there in plan.neighbours(here):
         if there == came_from:
             continue
-        _, pairs = edge(plan, here, there)
         beyond = _branch(plan, here, there, flat_rows(read(there), plan, there), read)
-        rows = rows.join(beyond, _equal([flat_column(plan.tables[here].name, c) for c, _ in pairs],
-                                        [flat_column(plan.tables[there].name, c) for _, c in pairs]), "inner")
+        rows = rows.join(beyond, _equal(*edge_columns(plan, here, there)), "inner")
     return rows
 
 
@@ -304,6 +300,14 @@ def edge(plan: JoinPlan, here: int, there: int) -> tuple[str, list[tuple[str, st
         table = plan.tables[there]
         return table.kind or INNER, [(parent, own) for parent, own in table.on]
     return INNER, [(own, parent) for parent, own in plan.tables[here].on]
+
+
+def edge_columns(plan: JoinPlan, here: int, there: int) -> tuple[list[str], list[str]]:
+    """The flat columns of `here` and of `there` that the edge between them equates, pair
+    by pair."""
+    _, pairs = edge(plan, here, there)
+    return ([flat_column(plan.tables[here].name, c) for c, _ in pairs],
+            [flat_column(plan.tables[there].name, c) for _, c in pairs])
 
 
 def _equal(left: list[str], right: list[str]) -> Column:
