@@ -15,6 +15,7 @@ from helpers_delta import mv_commits
 from join_reads import driver_lookups, spark_reads_only
 from join_upstreams import create_all, random_epoch, sources
 
+from airflow_backfill.engine.aggregates import apply as aggregates_apply
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -41,7 +42,8 @@ CASES = {"stateless": (QUERY, ["i_order", "i_line"], "_leaving_mv_rows", {"order
          "aggregate": (AGGREGATE_QUERY, ["o_id", "o_day"], "_leaving_groups", {"orders"})}
 
 
-@pytest.mark.parametrize(("shape", "reads"), [("stateless", "driver"), ("stateless", "spark"), ("aggregate", "driver")])
+@pytest.mark.parametrize(("shape", "reads"), [("stateless", "driver"), ("stateless", "spark"), ("aggregate", "driver"),
+                                            ("aggregate", "spark")])
 def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, tmp_path, monkeypatch, shape, reads):
     if reads == "spark":
         spark_reads_only(monkeypatch)
@@ -59,6 +61,8 @@ def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, t
         return read_leaving(spark, job, plan, lost, keys)
 
     monkeypatch.setattr(leave_arrive, reader_name, recorded)
+    folded, held_groups = (_recorded(monkeypatch, aggregates_apply, "touched_in_driver"),
+                           _recorded(monkeypatch, leave_arrive, "_holding_held"))
     assert not leave_arrive.pays_off(job)  # tables this small keep the telescoped rule ...
     monkeypatch.setattr(leave_arrive, "SMALL_JOIN_ROWS", 0)  # ... unless told otherwise
     monkeypatch.setattr(delta_rule, "join_changes", lambda *a, **k: pytest.fail("the telescoped rule ran"))
@@ -80,6 +84,23 @@ def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, t
     plans = [commit["airflow_backfill.plan"] for commit in mv_commits(job.target) if "airflow_backfill.plan" in commit]
     assert any("overwrite" in plan for plan in plans), plans
     assert bool(looked_up) == (reads == "driver"), looked_up
+    # the aggregate's leaving groups and its fold are worked out by the driver when it holds the changes
+    by_driver = shape == "aggregate" and reads == "driver"
+    assert any(folded) == by_driver and any(held_groups) == by_driver, (folded, held_groups)
+
+
+def _recorded(monkeypatch, module, name) -> list[bool]:
+    """Whether each call of `module.name` gave a result (appended to as calls are made)."""
+    results: list[bool] = []
+    function = getattr(module, name)
+
+    def recorded(*args, **kwargs):
+        result = function(*args, **kwargs)
+        results.append(result is not None)
+        return result
+
+    monkeypatch.setattr(module, name, recorded)
+    return results
 
 
 def test_only_joins_without_left_joins_take_the_leave_and_arrive_rule():

@@ -25,6 +25,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
 from airflow_backfill.engine.aggregates.state import read_state, state_uri, state_watermark
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
@@ -41,7 +42,7 @@ from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.listed_files import read_table
-from airflow_backfill.engine.delta.log import column_names, load_table, rows_written
+from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.changes import signed_rows
 from airflow_backfill.engine.planning import aggregate_sql as sql
@@ -326,6 +327,26 @@ def touched_groups(
     """Per group the changes touch: its new state and the MV change it causes (`changes_sql`).
     `leaving_groups` (state rows; counts and sums only) are subtracted as they stand."""
     signed.createOrReplaceTempView(_CHANGES)
+    touched = touched_in_driver(spark, aggregate, _CHANGES, state, leaving_groups) if is_local(signed) else None
+    if touched is None:
+        touched = _touched_by_spark(spark, aggregate, state, leaving_groups)
+    touched.createOrReplaceTempView(_TOUCHED)
+    state_types = [(field.name, field.dataType.simpleString()) for field in state.schema.fields]
+    carried = (*_FLAGS, *sql.old_columns(aggregate))
+    new = spark.sql(f"SELECT {', '.join(sql.cast_expressions(state_types, carried))} "
+                    f"FROM ({sql.new_state_sql(aggregate, _TOUCHED)}) s")
+    if aggregate.needs_recompute:
+        new = _with_recomputed(spark, job, aggregate, new, end_version, state.schema, carried)
+    new.createOrReplaceTempView(_NEW)
+    mv = spark_schema(load_table(job.target))  # from the log: no table loaded by Spark
+    types = value_types(spark, aggregate, upstream)
+    mv_types = [field.dataType.simpleString() for field in mv.fields]
+    return spark.sql(sql.changes_sql(aggregate, _NEW, types, mv_types))
+
+
+def _touched_by_spark(spark: SparkSession, aggregate: AggregateQuery, state: DataFrame,
+                      leaving_groups: DataFrame | None) -> DataFrame:
+    """`touched_in_driver`'s rows computed by Spark: the delta joined NULL-safe with the old state."""
     delta = spark.sql(sql.delta_sql(aggregate, _CHANGES))
     keys = sql.key_columns(aggregate)
     if leaving_groups is not None:
@@ -335,21 +356,9 @@ def touched_groups(
         *keys, *(state[c].alias(f"{sql.OLD}{c}") for c in sql.state_value_columns(aggregate))
     ).alias("__old")
     same_group = [delta[k].eqNullSafe(old[k]) for k in keys]
-    touched = delta.join(old, on=same_group, how="left").select(
+    return delta.join(old, on=same_group, how="left").select(
         "__delta.*", *(f"__old.`{sql.OLD}{c}`" for c in sql.state_value_columns(aggregate))
     )
-    touched.createOrReplaceTempView(_TOUCHED)
-    state_types = [(field.name, field.dataType.simpleString()) for field in state.schema.fields]
-    carried = (*_FLAGS, *sql.old_columns(aggregate))
-    new = spark.sql(f"SELECT {', '.join(sql.cast_expressions(state_types, carried))} "
-                    f"FROM ({sql.new_state_sql(aggregate, _TOUCHED)}) s")
-    if aggregate.needs_recompute:
-        new = _with_recomputed(spark, job, aggregate, new, end_version, state.schema, carried)
-    new.createOrReplaceTempView(_NEW)
-    mv = spark.read.format("delta").load(job.target).schema
-    types = value_types(spark, aggregate, upstream)
-    mv_types = [field.dataType.simpleString() for field in mv.fields]
-    return spark.sql(sql.changes_sql(aggregate, _NEW, types, mv_types))
 
 
 def _minus_groups(delta: DataFrame, groups: DataFrame, keys: list[str]) -> DataFrame:
@@ -396,7 +405,7 @@ def _mv_row_changes(spark: SparkSession, job: BackfillJob, rows: DataFrame) -> D
     """The MV rows to upsert or delete, named as the MV (the write casts them to its types)."""
     from pyspark.sql import functions as F
 
-    mv = spark.read.format("delta").load(job.target).schema
+    mv = spark_schema(load_table(job.target))  # from the log: no table loaded by Spark
     change = F.col(sql.MV_CHANGE)
     present = F.when(change == "upsert", F.lit(True)).alias(PRESENT)
     return rows.filter(change.isNotNull()).select(

@@ -77,11 +77,9 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
     fold of few changes) plan no scan of it.
     """
     uri = state_uri(job.target)
-    state = read_table(spark, uri)
-    if held and table_rows(uri) <= HELD_TABLE_ROWS:
-        rows = listed_rows(spark, uri, None, state.schema)
-        local = None if rows is None else local_relation(spark, rows, state.schema)
-        state = state if local is None else local
+    state = _held_state(spark, uri) if held else None
+    if state is None:
+        state = read_table(spark, uri)
     if state.columns != columns:
         raise TargetError(
             f"the aggregate state of MV {job.target} has columns {state.columns}, but the job's query needs "
@@ -90,3 +88,29 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
         )
     return state
 
+
+
+def _held_state(spark: SparkSession, uri: str) -> DataFrame | None:
+    """The state's latest version as a local relation, when it has at most
+    `HELD_TABLE_ROWS` rows and the driver can read its files; the last one made is reused
+    while the state stays at its version (a join round reads it for its leaving groups,
+    then for the fold)."""
+    table = load_table(uri)
+    version, identity = table.version(), (table.metadata().id, table.version())  # a rebuilt table has a new id
+    made = _last_held.get(uri)
+    if made is not None and made[0] == identity and made[1].sparkSession is spark:
+        return made[1]
+    if table_rows(uri) > HELD_TABLE_ROWS:
+        return None
+    schema = read_table(spark, uri, version).schema
+    rows = listed_rows(spark, uri, version, schema)
+    local = None if rows is None else local_relation(spark, rows, schema)
+    _last_held.clear()
+    if local is not None:
+        _last_held[uri] = (identity, local)
+    return local
+
+
+_last_held: dict[str, tuple[tuple[str, int], DataFrame]] = {}
+"""The last held state made, by its table's location: the table's id and version, and
+the local relation."""

@@ -42,10 +42,15 @@ Arrow's hash join; larger joins are left to Spark."""
 
 
 def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | None:
-    """`frame`'s rows as a local relation of the same schema (one job to collect them), or
+    """`frame`'s rows as a local relation of the same schema (a job collects them), or
     None when it has more than `limit` (default `DRIVER_ROWS`) rows, or when Spark cannot
     hold them locally (Arrow cannot carry a column type, or the rows exceed
-    `spark.sql.execution.arrow.localRelationThreshold`)."""
+    `spark.sql.execution.arrow.localRelationThreshold`). Rows Spark computes from a local
+    relation (a projection of it) are collected without a job."""
+    table = local_arrow(frame)
+    if table is not None:
+        limit = DRIVER_ROWS if limit is None else limit
+        return None if table.num_rows > limit else local_relation(frame.sparkSession, table, frame.schema)
     table = arrow_rows(frame, limit)
     return None if table is None else local_relation(frame.sparkSession, table, frame.schema)
 
@@ -262,14 +267,15 @@ class HeldRows:
         return local if local is not None else spark.createDataFrame(self.table, schema=self.schema)
 
 
-def distinct_rows(frame: DataFrame, columns: list[str]) -> DataFrame:
-    """The distinct rows of `frame`'s `columns`: a local relation computed by the driver
-    when `frame` is local (Spark's distinct of it would be a job), else Spark's distinct."""
-    selected = select_columns(frame, columns)
-    rows = held_rows(selected)
-    unique = None if rows is None else rows.distinct(columns)
+def distinct_rows(frame: DataFrame, columns: list[str], names: list[str] | None = None) -> DataFrame:
+    """The distinct rows of `frame`'s `columns` (renamed to `names`): a local relation
+    computed by the driver when `frame` is local (Spark's distinct of it would be a job),
+    else Spark's distinct."""
+    names = list(columns) if names is None else list(names)
+    rows = held_rows(frame)
+    unique = None if rows is None else rows.select(columns, names).distinct(names)
     local = None if unique is None else unique.local_frame(frame.sparkSession)
-    return selected.distinct() if local is None else local
+    return select_columns(frame, columns, names).distinct() if local is None else local
 
 
 def row_count(frame: DataFrame) -> int:

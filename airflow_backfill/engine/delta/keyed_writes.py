@@ -54,7 +54,7 @@ from airflow_backfill.engine.delta.key_range import (
     table_key_max,
 )
 from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
-from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.delta.log import load_table, spark_schema
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
@@ -118,7 +118,7 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     """Hold `changes` in memory, conformed to the table at `uri`, and read its facts."""
     table = load_table(uri)
     version = table.version()
-    target = spark.read.format("delta").option("versionAsOf", version).load(uri).schema
+    target = spark_schema(table)  # from the log: no table loaded by Spark
     frame = conform(changes, target)
     leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
     flag = ARRIVED if ARRIVED in frame.columns else None

@@ -29,6 +29,7 @@ row are dropped before the walk (a new order's line items, for a term of new lin
 from __future__ import annotations
 
 import functools
+import logging
 import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     arrow_of,
     distinct_rows,
     held_rows,
+    local_arrow,
     local_join,
     local_relation,
     select_columns,
@@ -56,6 +58,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from airflow_backfill.job import BackfillJob
+
+log = logging.getLogger(__name__)
 
 
 SMALL_JOIN_ROWS = 1_000_000
@@ -111,8 +115,34 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
             frame.unpersist()
         raise
     # Read once, by the aggregate's fold or the stateless round's held keyed changes: not cached.
-    rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else no_rows(spark, job, plan, new)
+    rows = _union(terms) if terms else no_rows(spark, job, plan, new)
     return JoinChanges(rows, change_rows, cached, leaving, leaving_groups)
+
+
+def _union(terms: list[DataFrame]) -> DataFrame:
+    """The terms' rows together: one local relation when the driver holds every term (a
+    union of local relations is no local relation to Spark, so the fold after it would
+    run jobs), else Spark's union."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    if len(terms) == 1:
+        return terms[0]
+    held = [local_arrow(term) for term in terms]
+    if all(rows is not None for rows in held):
+        schema = StructType([StructField(field.name, field.dataType, any(t.schema[field.name].nullable for t in terms))
+                             for field in terms[0].schema.fields])
+        try:
+            target = to_arrow_schema(schema)
+            rows = pa.concat_tables([part.select(schema.names).cast(target) for part in held if part is not None])
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+            log.info("join terms united by Spark: %s", error)
+        else:
+            local = local_relation(terms[0].sparkSession, rows, schema)
+            if local is not None:
+                return local
+    return functools.reduce(lambda a, b: a.unionByName(b), terms)
 
 
 def _keys_held(plan: JoinPlan, tables: Mapping[int, DataFrame]) -> dict[int, tuple[str, ...]]:
@@ -203,7 +233,15 @@ def _keys(plan: JoinPlan, index: int, rows: DataFrame) -> DataFrame:
     """The distinct keys of `rows` of table `index`, named as the upstream names them."""
     table = plan.tables[index]
     key = list(table.primary_key)
-    return distinct_rows(select_columns(rows, [flat_column(table.name, c) for c in key], key), key)
+    return distinct_rows(rows, [flat_column(table.name, c) for c in key], key)
+
+
+def _held_keys(plan: JoinPlan, index: int, rows: DataFrame) -> HeldRows | None:
+    """`_keys` of rows the driver holds, as Arrow (None when it does not hold them)."""
+    table = plan.tables[index]
+    key = list(table.primary_key)
+    held = held_rows(rows)
+    return None if held is None else held.select([flat_column(table.name, c) for c in key], key).distinct(key)
 
 
 def _without_excluded_neighbours(plan: JoinPlan, index: int, rows: DataFrame,
@@ -285,9 +323,13 @@ def _leaving_groups(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost:
 def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
              key_columns_of: Mapping[int, tuple[str, ...]]) -> DataFrame:
     """`table`'s rows whose `key_columns_of[i]` equal the key of a row of `lost[i]`, for
-    some i (one scan, each table's keys broadcast)."""
+    some i: picked by the driver when it holds them all (a local relation again, so the
+    fold reads it without a job), else one scan with each table's keys broadcast."""
     from pyspark.sql import functions as F
 
+    held = _holding_held(plan, table, lost, key_columns_of)
+    if held is not None:
+        return held
     columns, marked = list(table.columns), table
     marks = []
     for index, rows in lost.items():
@@ -301,6 +343,34 @@ def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
         marks.append(mark)
     held = functools.reduce(operator.or_, [F.col(m).isNotNull() for m in marks])
     return marked.filter(held).select(*(quote(c) for c in columns))
+
+
+def _holding_held(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
+                  key_columns_of: Mapping[int, tuple[str, ...]]) -> DataFrame | None:
+    """`_holding` by Arrow's semi-joins, when the driver holds `table` and every lost
+    key; None otherwise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    rows = held_rows(table)
+    if rows is None:
+        return None
+    numbered = HeldRows(rows.table.append_column(_ROW_NUMBER, pa.array(range(rows.table.num_rows), pa.int64())),
+                        StructType([*rows.schema.fields, StructField(_ROW_NUMBER, LongType(), False)]))
+    found = []
+    for index, lost_rows in lost.items():
+        key = list(plan.tables[index].primary_key)
+        keys = _held_keys(plan, index, lost_rows)
+        hit = None if keys is None else numbered.join(keys, list(key_columns_of[index]), key, "left_semi")
+        if hit is None:
+            return None
+        found.extend(hit.table.column(_ROW_NUMBER).chunks)
+    picked = pc.unique(pa.chunked_array(found, pa.int64())).sort()
+    return HeldRows(rows.table.take(picked), rows.schema).local_frame(table.sparkSession)
+
+
+_ROW_NUMBER = "__airflow_backfill_row"
 
 
 def _all(conditions: object) -> Column:
