@@ -99,5 +99,9 @@ def test_what_arrow_would_not_fold_exactly_is_left_to_spark(spark, query, signed
 def test_changes_spark_computes_are_left_to_spark(spark):
     aggregate = _aggregate()
     state = _state(spark, aggregate, UPSTREAM)
-    spark.createDataFrame(SIGNED, CHANGES).cache().createOrReplaceTempView(apply._CHANGES)
-    assert touched_in_driver(spark, aggregate, apply._CHANGES, state, None) is None
+    cached = spark.createDataFrame(SIGNED, CHANGES).cache()
+    cached.createOrReplaceTempView(apply._CHANGES)
+    try:
+        assert touched_in_driver(spark, aggregate, apply._CHANGES, state, None) is None
+    finally:
+        cached.unpersist()

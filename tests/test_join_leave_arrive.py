@@ -16,6 +16,7 @@ from join_reads import driver_lookups, spark_reads_only
 from join_upstreams import create_all, random_epoch, sources
 
 from airflow_backfill.engine.aggregates import apply as aggregates_apply
+from airflow_backfill.engine.joins import apply as join_apply
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -61,8 +62,9 @@ def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, t
         return read_leaving(spark, job, plan, lost, keys)
 
     monkeypatch.setattr(leave_arrive, reader_name, recorded)
-    folded, held_groups = (_recorded(monkeypatch, aggregates_apply, "touched_in_driver"),
-                           _recorded(monkeypatch, leave_arrive, "_holding_held"))
+    folded, keyed, held_leaving = (_recorded(monkeypatch, aggregates_apply, "touched_in_driver"),
+                                   _recorded(monkeypatch, join_apply, "keyed_changes_in_driver"),
+                                   _recorded(monkeypatch, leave_arrive, "_holding_held"))
     assert not leave_arrive.pays_off(job)  # tables this small keep the telescoped rule ...
     monkeypatch.setattr(leave_arrive, "SMALL_JOIN_ROWS", 0)  # ... unless told otherwise
     monkeypatch.setattr(delta_rule, "join_changes", lambda *a, **k: pytest.fail("the telescoped rule ran"))
@@ -84,9 +86,11 @@ def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, t
     plans = [commit["airflow_backfill.plan"] for commit in mv_commits(job.target) if "airflow_backfill.plan" in commit]
     assert any("overwrite" in plan for plan in plans), plans
     assert bool(looked_up) == (reads == "driver"), looked_up
-    # the aggregate's leaving groups and its fold are worked out by the driver when it holds the changes
-    by_driver = shape == "aggregate" and reads == "driver"
-    assert any(folded) == by_driver and any(held_groups) == by_driver, (folded, held_groups)
+    # the leaving rows or groups, the aggregate's fold and the stateless MV's keyed changes are
+    # worked out by the driver when it holds the changes
+    by_driver = reads == "driver"
+    assert any(held_leaving) == by_driver, held_leaving
+    assert (any(folded), any(keyed)) == (by_driver and shape == "aggregate", by_driver and shape == "stateless")
 
 
 def _recorded(monkeypatch, module, name) -> list[bool]:

@@ -50,6 +50,7 @@ from airflow_backfill.engine.delta.driver_rows import held_or_cached
 from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
+from airflow_backfill.engine.joins.driver_keyed import keyed_changes_in_driver
 from airflow_backfill.engine.joins.recompute import recompute_join
 from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri
 from airflow_backfill.engine.joins.watermarks import (
@@ -211,6 +212,9 @@ def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame, leavin
     from pyspark.sql import functions as F
 
     mapped = apply_query(spark, signed, signed_query(plan.flat.query))
+    held = keyed_changes_in_driver(mapped, leaving, plan.mv_key)
+    if held is not None:
+        return held
     if leaving is not None:
         mapped = mapped.unionByName(leaving.select(*(quote(c) for c in mapped.columns)))
     columns = [c for c in mapped.columns if c != SIGN]
