@@ -177,3 +177,21 @@ def test_held_rows_beyond_the_local_threshold_reach_spark_as_a_scan(spark):
         assert sorted(frame.collect()) == sorted(local.collect())
     finally:
         spark.conf.unset("spark.sql.execution.arrow.localRelationThreshold")
+
+
+def test_many_local_rows_reach_arrow_as_few_do(spark, monkeypatch):
+    from airflow_backfill.engine.delta import driver_rows
+
+    computed = _computed(spark)
+    without_timestamps = computed.drop("at")
+    frame = local_relation(spark, without_timestamps.toArrow(), without_timestamps.schema)
+    computed.unpersist()
+    projected = frame.selectExpr("k", "d * 2 AS d2", "day", "s", PRESENT)
+    before = _jobs(spark)
+    few = local_arrow(projected)  # collected as Python rows: no job
+    assert _jobs(spark) == before
+    monkeypatch.setattr(driver_rows, "COLLECT_ROWS", 1)
+    many = local_arrow(projected)  # transferred by Spark as Arrow: a job
+    assert _jobs(spark) > before
+    assert few is not None and many is not None
+    assert many.schema == few.schema and many.to_pylist() == few.to_pylist()
