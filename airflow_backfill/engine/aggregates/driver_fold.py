@@ -78,16 +78,11 @@ def touched_in_driver(
 
 def _negated(rows: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:
     """State rows with every value negated (checked), typed as the delta's terms."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     columns = [rows[name] if name in keys else pc.negate_checked(rows[name]) for name in rows.column_names]
-    return _typed(rows.column_names, columns, schema)
-
-
-def _typed(names: list[str], columns: list[pa.ChunkedArray], schema: pa.Schema) -> pa.Table:
-    import pyarrow as pa
-
-    return pa.table(columns, names=names).cast(schema)
+    return pa.table(columns, names=rows.column_names).cast(schema)
 
 
 def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> bool:

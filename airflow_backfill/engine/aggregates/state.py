@@ -89,7 +89,6 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
     return state
 
 
-
 def _held_state(spark: SparkSession, uri: str) -> DataFrame | None:
     """The state's latest version as a local relation, when it has at most
     `HELD_TABLE_ROWS` rows and the driver can read its files; the last one made is reused
