@@ -95,7 +95,7 @@ def _held_state(spark: SparkSession, uri: str) -> DataFrame | None:
     while the state stays at its version (a join round reads it for its leaving groups,
     then for the fold)."""
     table = load_table(uri)
-    version, identity = table.version(), (table.metadata().id, table.version())  # a rebuilt table has a new id
+    version, identity = table.version(), (str(table.metadata().id), table.version())  # a rebuilt table: a new id
     made = _last_held.get(uri)
     if made is not None and made[0] == identity and made[1].sparkSession is spark:
         return made[1]

@@ -247,17 +247,17 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
     if table is None:
         return None
     changed_rows = [tuple(row) for row in prepared.frame.select(*prepared.key).collect()]  # no job
-    names = [field.name for field in key_fields]
-    if not any(None in key for key in changed_rows) and not any(table.column(n).null_count for n in names):
+    key_names = [field.name for field in key_fields]
+    if not any(None in key for key in changed_rows) and not any(table.column(n).null_count for n in key_names):
         changed_keys = pa.table([pa.array([key[i] for key in changed_rows], table.schema.field(n).type)
-                                 for i, n in enumerate(names)], names=names)
+                                 for i, n in enumerate(key_names)], names=key_names)
         try:  # Arrow's anti-join: no NULL key on either side, so `=` and `<=>` agree
-            kept_rows = table.join(changed_keys, keys=names, join_type="left anti").select(table.column_names)
+            kept_rows = table.join(changed_keys, keys=key_names, join_type="left anti").select(table.column_names)
             return local_relation(spark, kept_rows, current.schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
             log.info("kept rows of %s found key by key: %s", prepared.uri, error)
     changed = {key for key in changed_rows if prepared.null_safe or None not in key}  # `=` never matches NULL
-    old_keys = zip(*(table.column(name).to_pylist() for name in names), strict=True)
+    old_keys = zip(*(table.column(name).to_pylist() for name in key_names), strict=True)
     kept = pa.array([key not in changed for key in old_keys], pa.bool_())  # typed: an empty table too
     return local_relation(spark, table.filter(kept), current.schema)
 

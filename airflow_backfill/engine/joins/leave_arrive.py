@@ -341,9 +341,9 @@ def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],
     fold reads it without a job), else one scan with each table's keys broadcast."""
     from pyspark.sql import functions as F
 
-    held = _holding_held(plan, table, lost, key_columns_of)
-    if held is not None:
-        return held
+    picked = _holding_held(plan, table, lost, key_columns_of)
+    if picked is not None:
+        return picked
     columns, marked = list(table.columns), table
     marks = []
     for index, rows in lost.items():
