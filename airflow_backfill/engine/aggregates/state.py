@@ -21,9 +21,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, local_relation
-from airflow_backfill.engine.delta.key_range import table_rows
-from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
+from airflow_backfill.engine.delta.driver_rows import held_table
+from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.delta.log import load_table, table_exists
 from airflow_backfill.engine.job_state import state_dir
 from airflow_backfill.exceptions import TargetError
@@ -90,20 +89,15 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
 
 
 def _held_state(spark: SparkSession, uri: str) -> DataFrame | None:
-    """The state's latest version as a local relation, when it has at most
-    `HELD_TABLE_ROWS` rows and the driver can read its files; the last one made is reused
+    """The state's latest version as a local relation (`held_table`); the last one made is reused
     while the state stays at its version (a join round reads it for its leaving groups,
     then for the fold)."""
     table = load_table(uri)
-    version, identity = table.version(), (str(table.metadata().id), table.version())  # a rebuilt table: a new id
+    identity = (str(table.metadata().id), table.version())  # a rebuilt table has a new id
     made = _last_held.get(uri)
     if made is not None and made[0] == identity and made[1].sparkSession is spark:
         return made[1]
-    if table_rows(uri) > HELD_TABLE_ROWS:
-        return None
-    schema = read_table(spark, uri, version).schema
-    rows = listed_rows(spark, uri, version, schema)
-    local = None if rows is None else local_relation(spark, rows, schema)
+    local = held_table(spark, uri)
     _last_held.clear()
     if local is not None:
         _last_held[uri] = (identity, local)

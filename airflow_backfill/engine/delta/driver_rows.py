@@ -15,7 +15,9 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.listed_files import scala_items
+from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.listed_files import listed_rows, scala_items
+from airflow_backfill.engine.delta.log import load_table, spark_schema
 from airflow_backfill.engine.planning.aggregate_sql import quote
 
 if TYPE_CHECKING:
@@ -58,6 +60,18 @@ def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | No
         return None if table.num_rows > limit else local_relation(frame.sparkSession, table, frame.schema)
     table = arrow_rows(frame, limit)
     return None if table is None else local_relation(frame.sparkSession, table, frame.schema)
+
+
+def held_table(spark: SparkSession, uri: str) -> DataFrame | None:
+    """The latest version of a small table (at most `HELD_TABLE_ROWS` rows, counted from its
+    log) read by the driver from its listed files, as a local relation; None for a larger
+    table, or one the driver does not read (`listed_rows`)."""
+    if table_rows(uri) > HELD_TABLE_ROWS:
+        return None
+    table = load_table(uri)
+    schema = spark_schema(table)
+    rows = listed_rows(spark, uri, table.version(), schema)
+    return None if rows is None else local_relation(spark, rows, schema)
 
 
 def held_or_cached(frame: DataFrame, limit: int | None = None) -> DataFrame:

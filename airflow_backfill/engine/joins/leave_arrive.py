@@ -36,19 +36,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.aggregates.state import read_state
 from airflow_backfill.engine.delta.driver_rows import (
-    HELD_TABLE_ROWS,
     HeldRows,
     arrow_of,
     distinct_rows,
     held_rows,
+    held_table,
     local_arrow,
     local_join,
     local_relation,
     select_columns,
 )
 from airflow_backfill.engine.delta.key_range import table_rows
-from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
-from airflow_backfill.engine.delta.log import load_table, spark_schema
+from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
 from airflow_backfill.engine.joins.relation import Reader, edge, first_hop_columns, walk
 from airflow_backfill.engine.phases.changes import SIGN
@@ -307,20 +306,9 @@ def _leaving_mv_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost
     version the last round committed then needs no state rebuilt for the scan."""
     from pyspark.sql import functions as F
 
-    held = _held_mv(spark, job.target)
+    held = held_table(spark, job.target)  # a small MV: its leaving rows are picked by the driver
     mv = read_table(spark, job.target) if held is None else held
     return _holding(plan, mv, lost, mv_keys).select(*(quote(c) for c in mv.columns), F.lit(-1).alias(SIGN))
-
-
-def _held_mv(spark: SparkSession, uri: str) -> DataFrame | None:
-    """A small MV's rows read by the driver from its listed files, as a local relation
-    (its rows that leave are then picked by the driver too); None for a larger one."""
-    if table_rows(uri) > HELD_TABLE_ROWS:
-        return None
-    table = load_table(uri)
-    schema = spark_schema(table)
-    rows = listed_rows(spark, uri, table.version(), schema)
-    return None if rows is None else local_relation(spark, rows, schema)
 
 
 def _leaving_groups(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost: Mapping[int, DataFrame],
