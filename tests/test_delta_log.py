@@ -3,12 +3,15 @@ names, commit timestamps from commit entries, and tables followed commit by comm
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import CommitProperties, DeltaTable, write_deltalake
 
+from airflow_backfill.engine.delta import log
 from airflow_backfill.engine.delta.log import commit_timestamp, latest_version, load_table
+from airflow_backfill.kafka.positions import source_position
 
 
 def _write(uri: str, values: list[int], mode: str = "append") -> None:
@@ -61,3 +64,34 @@ def test_a_rarely_checkpointed_log_is_flagged(tmp_path, caplog):
         assert "commits after its last checkpoint" not in caplog.text
         assert warn_if_rarely_checkpointed(never) == UNCHECKPOINTED_COMMITS_WARNING + 3  # every commit
     assert "Set delta.checkpointInterval" in caplog.text
+
+
+def _commit_offsets(uri: str, offset: int) -> None:
+    """An append whose commit records a source job's offset, as the source job's commits do."""
+    metadata = json.dumps({"airflow_backfill.kafka_offsets": {"0": offset}})
+    write_deltalake(uri, pa.table({"v": pa.array([offset], pa.int64())}), mode="append",
+                    commit_properties=CommitProperties(custom_metadata={"userMetadata": metadata}))
+
+
+def test_positions_name_the_version_of_their_commit_when_a_commit_lands_during_the_read(tmp_path, monkeypatch):
+    """delta-rs numbers a listing from the version it loaded: a commit landing between the
+    load and the listing must not pair offset 3 with version 2 (whose rows stop at 2)."""
+    uri = str(tmp_path / "t")
+    for offset in range(3):
+        _commit_offsets(uri, offset)
+    loads = []
+
+    def a_commit_lands_after_the_first_load(path: str, version: int | None = None) -> DeltaTable:
+        table = DeltaTable(path, version=version)
+        loads.append(table.version())
+        if len(loads) == 1:
+            _commit_offsets(uri, 3)
+        return table
+
+    monkeypatch.setattr(log, "delta_table", a_commit_lands_after_the_first_load)
+    position = source_position(uri)
+    assert loads == [2, 3]
+    assert (position.version, position.offsets) == (3, {0: 3})
+    assert [entry["version"] for entry in log.commit_history(uri)] == [3, 2, 1, 0]
+    rows = DeltaTable(uri, version=position.version).to_pyarrow_table()["v"].to_pylist()
+    assert max(rows) == position.offsets[0]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import PAUSED_RATE_LIMIT, read_overrides
 from airflow_backfill.engine.delta.log import (
+    commit_history,
     commit_metadata,
     commit_timestamp,
     delta_table,
@@ -194,7 +195,7 @@ def _control_status(job: BackfillJob, overrides: dict[str, Any], progress: dict[
 def mv_commits(target: str, limit: int = COMMITS_SHOWN) -> list[dict[str, Any]]:
     """The MV's latest commits with the parallelism each one recorded, newest first."""
     commits = []
-    for entry in delta_table(target).history(limit=limit):
+    for entry in commit_history(target, limit=limit):
         metadata = commit_metadata(entry)
         if not metadata:
             continue

@@ -124,9 +124,9 @@ def recover_state_ahead(spark: SparkSession, job: KafkaBackfillJob, position: Ba
 
 def _latest_metadata(uri: str) -> dict[str, Any]:
     """The Kafka fields of the latest commit of `uri` (without the prefix)."""
-    from airflow_backfill.engine.delta.log import commit_metadata, delta_table
+    from airflow_backfill.engine.delta.log import commit_history, commit_metadata
 
-    entry = delta_table(uri).history(limit=1)[0]
+    entry = commit_history(uri, limit=1)[0]
     return {key: value for key, value in commit_metadata(entry).items() if key not in ("phase", "rows")}
 
 

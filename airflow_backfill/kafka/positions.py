@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_backfill.engine.delta.log import commit_metadata, table_exists
+from airflow_backfill.engine.delta.log import commit_history, commit_metadata, table_exists
 from airflow_backfill.kafka.split_state import FINISHED, NO_OFFSET, SplitState, states_from_json
 
 OFFSETS_FIELD = "kafka_offsets"
@@ -53,11 +53,9 @@ class BackfillPosition:
 
 def _latest_with(uri: str, key: str) -> tuple[int, dict[str, Any]] | None:
     """(version, metadata) of the latest commit carrying `airflow_backfill.<key>`."""
-    from airflow_backfill.engine.delta.log import delta_table
-
     if not table_exists(uri):
         return None
-    for entry in delta_table(uri).history(limit=_HISTORY_DEPTH):
+    for entry in commit_history(uri, limit=_HISTORY_DEPTH):
         metadata = commit_metadata(entry)
         if key in metadata:
             return int(entry["version"]), metadata

@@ -155,6 +155,31 @@ def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
     return [] if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+HISTORY_ATTEMPTS = 20
+
+
+def commit_history(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """The table's latest `limit` commits (all when None), newest first, each with its true
+    `version`.
+
+    delta-rs' `history()` lists the commits in storage when it is called but numbers them
+    down from the version the table was loaded at: a commit landing between the load and
+    the listing shifts every number by one, and a position read from it would pair one
+    commit's metadata with the previous version's data. A listing is kept only when no
+    commit newer than the loaded version exists after it (commit files only ever appear),
+    else the table is loaded again.
+    """
+    for _ in range(HISTORY_ATTEMPTS):
+        table = delta_table(uri)
+        history = table.history(limit=limit)
+        if not files.exists(join(uri, "_delta_log", f"{table.version() + 1:020d}.json")):
+            return history
+    raise UpstreamError(
+        f"{uri} gained a commit during each of {HISTORY_ATTEMPTS} reads of its history; "
+        "retry, or check which writer commits to it that often."
+    )
+
+
 def commit_timestamp(uri: str, version: int) -> int | None:
     """When `version` was committed (ms since the epoch, as its commitInfo records it)."""
     for action in commit_actions(uri, version):
@@ -264,7 +289,7 @@ def commit_metadata(entry: dict[str, Any]) -> dict[str, Any]:
 
 def rows_written(uri: str) -> int:
     """Rows the table's latest commit wrote (its operation metrics)."""
-    history = delta_table(uri).history(limit=1)
+    history = commit_history(uri, limit=1)
     metrics = history[0].get("operationMetrics", {}) if history else {}
     return int(metrics.get("numOutputRows", 0))
 
@@ -273,5 +298,5 @@ def last_commit_metadata(target: str) -> dict[str, Any]:
     """The `airflow_backfill.*` metadata of the MV's latest commit ({} when none)."""
     if not table_exists(target):
         return {}
-    history = delta_table(target).history(limit=1)
+    history = commit_history(target, limit=1)
     return commit_metadata(history[0]) if history else {}

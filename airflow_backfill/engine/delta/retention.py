@@ -18,7 +18,7 @@ from datetime import timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_backfill.engine.delta.log import delta_table
+from airflow_backfill.engine.delta.log import commit_timestamp, delta_table
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,10 @@ def margin_warnings(source: str, watermark: int, *, now: float | None = None) ->
     table = delta_table(source)
     if table.version() <= watermark:
         return []
-    history = delta_table(source, watermark + 1).history(limit=1)
-    if not history:
+    committed_at = commit_timestamp(source, watermark + 1)
+    if committed_at is None:
         return []
-    age = timedelta(seconds=((now or time.time()) * 1000 - history[0]["timestamp"]) / 1000)
+    age = timedelta(seconds=((now or time.time()) * 1000 - committed_at) / 1000)
     retention = upstream_retention(source)
     if age < retention.shortest / 2:
         return []

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.log import (
+    commit_history,
     commit_metadata,
     commit_timestamp,
     delta_table,
@@ -110,7 +111,7 @@ def _newest_vector(uri: str, up_to: int | None = None) -> Vector | None:
     (maintenance commits carry none)."""
     limit = _HISTORY_PAGE
     while True:
-        history = delta_table(uri).history(limit=limit)
+        history = commit_history(uri, limit=limit)
         for entry in history:
             if up_to is not None and entry["version"] > up_to:
                 continue

@@ -41,8 +41,8 @@ from airflow_backfill.engine.delta.log import (
     METADATA_PREFIX,
     UpstreamInfo,
     check_upstream,
+    commit_history,
     commit_metadata,
-    delta_table,
     load_table,
     read_watermark,
     rows_written,
@@ -231,7 +231,7 @@ def _chunk_commits(uri: str, committed: int) -> list[dict]:
     """The metadata of the chunk commits in the chunk table's recent history."""
     if not committed:
         return []
-    entries = [commit_metadata(commit) for commit in delta_table(uri).history(limit=committed + 1)]
+    entries = [commit_metadata(commit) for commit in commit_history(uri, limit=committed + 1)]
     return [entry for entry in entries if "chunk" in entry]
 
 
