@@ -183,6 +183,18 @@ def write_text(uri: str, text: str, *, durable: bool = False) -> None:
     os.replace(tmp_path, uri)
 
 
+def write_bytes(uri: str, content: bytes) -> None:
+    """Write a new file whole (a data file no reader knows of until a commit names it)."""
+    if is_object_store(uri):
+        filesystem, path = _remote(uri)
+        with filesystem.open_output_stream(path) as stream:
+            stream.write(content)
+        return
+    os.makedirs(os.path.dirname(uri), exist_ok=True)
+    with open(uri, "wb") as handle:
+        handle.write(content)
+
+
 def remove(uri: str) -> None:
     """Delete the file if it exists."""
     if not is_object_store(uri):

@@ -34,6 +34,7 @@ from airflow_backfill.engine.delta.transaction_write import (
     OVERWRITE,
     TARGET_ALIAS,
     commit_watermark,
+    overwrite_with_rows,
     replace_with_watermark,
     write_with_watermark,
 )
@@ -41,6 +42,7 @@ from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -328,6 +330,17 @@ def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_met
     ensure_held(uri)
     write_with_watermark(frame, uri, mode=OVERWRITE, options={}, app_id=app_id, version=version,
                          user_metadata=user_metadata, before_commit=before_commit)
+
+
+def overwrite_rows(spark: SparkSession, rows: pa.Table, uri: str, *, app_id: str, version: int, user_metadata: str,
+                   before_commit: Callable[[], None] | None = None) -> bool | None:
+    """`overwrite` with rows the driver holds (Arrow, the table's columns and types),
+    written by the driver as one file (no Spark job). None, with nothing written and
+    `before_commit` not run, when they cannot be written that way: write them with
+    `overwrite` then."""
+    ensure_held(uri)
+    return overwrite_with_rows(spark, uri, rows, app_id=app_id, version=version, user_metadata=user_metadata,
+                               before_commit=before_commit)
 
 
 @contextmanager

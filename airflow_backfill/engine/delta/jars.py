@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 
+from airflow_backfill.engine.delta.commit_settings import commit_settings
 from airflow_backfill.exceptions import BackfillConfigError
 
 JARS_DIR_VARIABLE = "AIRFLOW_BACKFILL_JARS_DIR"
@@ -67,8 +68,10 @@ def s3a_classpath_conf() -> dict[str, str]:
 
 def delta_spark_conf() -> dict[str, str]:
     """Spark settings for Delta Lake: the jars (when not provided), its SQL extension and
-    catalog, and the S3A classpath (when installed)."""
-    conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG}
+    catalog, the S3A classpath (when installed) and the settings that keep its commits
+    from starting processes (`commit_settings`)."""
+    conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+            **commit_settings()}
     jars = delta_jars()
     if jars:
         conf["spark.jars"] = ",".join(jars)

@@ -36,12 +36,19 @@ from airflow_backfill.engine.delta.commits import (
     delete_keys,
     merge_changes,
     overwrite,
+    overwrite_rows,
     repeated_key_error,
     replace_and_delete_listed,
     replace_keys,
     replace_matching,
 )
-from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, arrow_rows, is_local, local_relation
+from airflow_backfill.engine.delta.driver_rows import (
+    HELD_TABLE_ROWS,
+    arrow_rows,
+    is_local,
+    local_arrow,
+    local_relation,
+)
 from airflow_backfill.engine.delta.key_literals import LITERAL_KEYS, keys_condition
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
@@ -71,8 +78,9 @@ from airflow_backfill.engine.planning.round_plan import (
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructField
+    from pyspark.sql.types import StructField, StructType
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +108,8 @@ class PreparedChanges:
     facts: TableFacts
     table_version: int
     """The table's version the facts and an overwrite's kept rows are read at."""
+    schema: StructType
+    """The table's columns at that version (from its log)."""
 
     @property
     def arrived(self) -> bool:
@@ -131,7 +141,7 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     table_max = table_key_max(uri, leading.name) if usable else None
     total, touched = rows_in_range(uri, leading.name, changed if usable else None)
     facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=all_above(changed, table_max))
-    return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version)
+    return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version, target)
 
 
 def write(
@@ -178,8 +188,14 @@ def write(
         delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id, version=version,
                     user_metadata=user_metadata, null_safe=prepared.null_safe)
     elif way == OVERWRITE:
-        overwrite(_rows_after(spark, prepared, new_rows), prepared.uri, app_id=app_id, version=version,
-                  user_metadata=user_metadata, before_commit=before_commit)
+        kept = _kept_in_driver(spark, prepared)
+        after = None if kept is None else _rows_after_in_driver(kept, new_rows, prepared)
+        written = None if after is None else overwrite_rows(
+            spark, after, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata,
+            before_commit=before_commit)
+        if written is None:  # not the driver's to write: Spark writes them
+            overwrite(_rows_after(spark, prepared, kept, new_rows), prepared.uri, app_id=app_id,
+                      version=version, user_metadata=user_metadata, before_commit=before_commit)
     else:
         raise ValueError(f"unknown way to write keyed changes: {way!r}")
     log.info("%s %s changed keys into %s (%s rows)", way, rows, prepared.uri, prepared.changed.present_rows)
@@ -212,12 +228,13 @@ def _bound_sql(prepared: PreparedChanges, qualifier: str = "") -> str | None:
     return f"{column} BETWEEN CAST('{changed.low}' AS {kind}) AND CAST('{changed.high}' AS {kind})"
 
 
-def _rows_after(spark: SparkSession, prepared: PreparedChanges, new_rows: DataFrame) -> DataFrame:
+def _rows_after(spark: SparkSession, prepared: PreparedChanges, kept_rows: pa.Table | None,
+                new_rows: DataFrame) -> DataFrame:
     """The whole table after the changes: its rows of unchanged keys (read at the version
-    the changes were prepared against) and the new rows; in one partition, so one file,
-    when they are few (`ONE_FILE_ROWS`)."""
+    the changes were prepared against; `kept_rows`: those rows when the driver holds them)
+    and the new rows; in one partition, so one file, when they are few (`ONE_FILE_ROWS`)."""
     current = read_table(spark, prepared.uri, prepared.table_version)
-    kept = _kept_in_driver(spark, prepared, current)
+    kept = None if kept_rows is None else local_relation(spark, kept_rows, current.schema)
     if kept is None:
         kept = current.alias(TARGET).join(prepared.frame.select(*prepared.key).alias(CHANGES),
                                           on=_same_key(prepared, TARGET, CHANGES), how="left_anti")
@@ -225,25 +242,43 @@ def _rows_after(spark: SparkSession, prepared: PreparedChanges, new_rows: DataFr
     return after.coalesce(1) if prepared.facts.rows + prepared.changed.present_rows <= ONE_FILE_ROWS else after
 
 
-def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: DataFrame) -> DataFrame | None:
-    """The table's rows of unchanged keys as a local relation, when the changes are held
-    by the driver and the table is small (an aggregate's state or MV): the write then
-    plans a union of two local relations instead of a broadcast anti-join over a scan,
-    a few tenths of a second a table. None otherwise, or for key types whose Python
-    values compare otherwise than Spark's (floating point: NaN; timestamps: time zones)."""
+def _rows_after_in_driver(kept: pa.Table, new_rows: DataFrame, prepared: PreparedChanges) -> pa.Table | None:
+    """The whole table after the changes as Arrow, in the table's columns and types, when
+    the driver holds the new rows too (the driver then writes the table's one file);
+    None otherwise."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arriving = local_arrow(new_rows)
+    if arriving is None:
+        return None
+    try:
+        target = to_arrow_schema(prepared.schema)
+        return pa.concat_tables([part.select(target.names).cast(target) for part in (kept, arriving)])
+    except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("new rows of %s written by Spark: %s", prepared.uri, error)
+        return None
+
+
+def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges) -> pa.Table | None:
+    """The table's rows of unchanged keys, as Arrow, when the changes are held by the
+    driver and the table is small (an aggregate's state or MV): the write then needs no
+    broadcast anti-join over a scan, a few tenths of a second a table. None otherwise,
+    or for key types whose Python values compare otherwise than Spark's (floating point:
+    NaN; timestamps: time zones)."""
     import pyarrow as pa
     from pyspark.sql.types import BooleanType, DateType, DecimalType, IntegralType, StringType
 
     if prepared.facts.rows > HELD_TABLE_ROWS or not is_local(prepared.frame):
         return None
-    names = {field.name.lower(): field for field in current.schema.fields}
+    names = {field.name.lower(): field for field in prepared.schema.fields}
     key_fields = [names[column.lower()] for column in prepared.key]
     if not all(isinstance(field.dataType, (BooleanType, DateType, DecimalType, IntegralType, StringType))
                for field in key_fields):
         return None
-    table = listed_rows(spark, prepared.uri, prepared.table_version, current.schema)
+    table = listed_rows(spark, prepared.uri, prepared.table_version, prepared.schema)
     if table is None:
-        table = arrow_rows(current, HELD_TABLE_ROWS)
+        table = arrow_rows(read_table(spark, prepared.uri, prepared.table_version), HELD_TABLE_ROWS)
     if table is None:
         return None
     changed_rows = [tuple(row) for row in prepared.frame.select(*prepared.key).collect()]  # no job
@@ -252,14 +287,13 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges, current: Dat
         changed_keys = pa.table([pa.array([key[i] for key in changed_rows], table.schema.field(n).type)
                                  for i, n in enumerate(key_names)], names=key_names)
         try:  # Arrow's anti-join: no NULL key on either side, so `=` and `<=>` agree
-            kept_rows = table.join(changed_keys, keys=key_names, join_type="left anti").select(table.column_names)
-            return local_relation(spark, kept_rows, current.schema)
+            return table.join(changed_keys, keys=key_names, join_type="left anti").select(table.column_names)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
             log.info("kept rows of %s found key by key: %s", prepared.uri, error)
     changed = {key for key in changed_rows if prepared.null_safe or None not in key}  # `=` never matches NULL
     old_keys = zip(*(table.column(name).to_pylist() for name in key_names), strict=True)
     kept = pa.array([key not in changed for key in old_keys], pa.bool_())  # typed: an empty table too
-    return local_relation(spark, table.filter(kept), current.schema)
+    return table.filter(kept)
 
 
 def _same_key(prepared: PreparedChanges, left: str, right: str) -> Any:

@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.engine.delta.driver_file import writable, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
 from airflow_backfill.engine.delta.listed_replace import replace_listed
 from airflow_backfill.engine.delta.log import load_table
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 APPEND = "Append"
@@ -82,9 +84,22 @@ def replace_with_watermark(
                    user_metadata=user_metadata, replaced=condition)
 
 
+def overwrite_with_rows(
+    spark: SparkSession, uri: str, rows: pa.Table, *, app_id: str, version: int, user_metadata: str,
+    before_commit: Callable[[], None] | None = None,
+) -> bool | None:
+    """Overwrite the table at `uri` with `rows` (the driver's, in the table's columns),
+    written by the driver as one file (`driver_file`), in one commit with the watermark.
+    False when the table already records `version` or a later one; None, with nothing
+    written and `before_commit` not run, when the checksum lists no files or the rows do
+    not fit the table's schema: the caller then writes them through Spark."""
+    return _commit(spark, uri, None, mode=OVERWRITE, options={}, app_id=app_id, version=version,
+                   user_metadata=user_metadata, before_commit=before_commit, rows=rows)
+
+
 def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],
             app_id: str, version: int, user_metadata: str, replaced: str | None = None,
-            before_commit: Callable[[], None] | None = None) -> bool | None:
+            before_commit: Callable[[], None] | None = None, rows: pa.Table | None = None) -> bool | None:
     jvm = spark._jvm
     assert jvm is not None
     jspark = spark._jsparkSession
@@ -107,7 +122,11 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
     try:
         files = listed_files(transaction.snapshot()) if mode == OVERWRITE and not options else None
         fits = files is not None and (frame is None or _same_columns(frame, transaction.snapshot()))
-        if replaced is not None:
+        if rows is not None:
+            if files is None or not _rows_fit(rows, transaction.snapshot()):
+                return None
+            actions, tags = _overwrite_with_file(jvm, transaction, uri, rows, files), _scala_map(jvm, {})
+        elif replaced is not None:
             actions = replace_listed(jvm, jspark, delta_log, transaction, frame, files, replaced,
                                      TARGET_ALIAS) if fits else None
             if actions is None:
@@ -140,13 +159,51 @@ def _overwrite_listed(jvm: Any, transaction: Any, frame: DataFrame, files: Any) 
     table, so a concurrent commit that adds or removes files fails this one, as it fails
     Delta's own overwrite."""
     transaction.readWholeTable()
+    return _replacing(jvm, files, scala_items(transaction.writeFiles(frame._jdf)))
+
+
+def _overwrite_with_file(jvm: Any, transaction: Any, uri: str, rows: pa.Table, files: Any) -> Any:
+    """`_overwrite_listed`'s actions with the driver's file of `rows` as the one added."""
+    transaction.readWholeTable()
+    added = jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps({"add": write_file(uri, rows)}))
+    return _replacing(jvm, files, [added])
+
+
+def _replacing(jvm: Any, files: Any, added: Iterable[Any]) -> Any:
+    """The actions that add `added` and remove every listed file (data changed)."""
     actions = jvm.java.util.ArrayList()
-    for added in scala_items(transaction.writeFiles(frame._jdf)):
-        actions.add(added)
+    for action in added:
+        actions.add(action)
     now = int(time.time() * 1000)
     for live in scala_items(files):
         actions.add(live.removeWithTimestamp(now, True))
     return jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
+
+
+def _rows_fit(rows: pa.Table, snapshot: Any) -> bool:
+    """Whether `rows` have the table's columns in order, of the Arrow types Spark's schema
+    maps to, with no NULL in a non-nullable column, and only types `driver_file` describes,
+    in a table without CHECK constraints, generated or identity columns or column mapping
+    (Spark's writer checks, casts and maps anything else)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    configuration = snapshot.metadata().configuration()
+    mapping = configuration.get("delta.columnMapping.mode")
+    if (any(str(key).startswith("delta.constraints.") for key in scala_items(configuration.keys()))
+            or (mapping.isDefined() and mapping.get() != "none")):
+        return False
+    schema_json = snapshot.schema().json()
+    if "delta.generationExpression" in schema_json or "delta.identity" in schema_json:
+        return False
+    table = StructType.fromJson(json.loads(schema_json))
+    try:
+        expected = to_arrow_schema(table)
+    except (TypeError, NotImplementedError):
+        return False
+    if rows.schema.names != expected.names or rows.schema.types != expected.types or not writable(rows):
+        return False
+    return all(field.nullable or not rows.column(field.name).null_count for field in table.fields)
 
 
 def _same_columns(frame: DataFrame, snapshot: Any) -> bool:
