@@ -69,8 +69,8 @@ def state_rows(job: BackfillJob) -> list[dict]:
                               "feed from Spark's reader"])
 def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows, feed):
     monkeypatch.setattr(driver_rows, "DRIVER_ROWS", held_rows)
-    monkeypatch.setattr(aggregate_apply, "HELD_TABLE_ROWS", held_rows)
-    monkeypatch.setattr(keyed_writes, "HELD_TABLE_ROWS", held_rows)
+    for module in (driver_rows, aggregate_apply, keyed_writes):  # `held_whole` reads driver_rows'
+        monkeypatch.setattr(module, "HELD_TABLE_ROWS", held_rows)
     if feed != "driver":  # a feed too large for the driver, read from the files its log lists or by Delta
         monkeypatch.setattr(aggregate_apply, "feed_in_driver", lambda *args, **kwargs: None)
     if feed == "spark":

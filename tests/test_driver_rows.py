@@ -195,3 +195,19 @@ def test_many_local_rows_reach_arrow_as_few_do(spark, monkeypatch):
     assert _jobs(spark) > before
     assert few is not None and many is not None
     assert many.schema == few.schema and many.to_pylist() == few.to_pylist()
+
+
+def test_the_driver_holds_a_table_whole_only_within_its_rows_and_bytes(tmp_path, monkeypatch):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from airflow_backfill.engine.delta import driver_rows
+
+    uri = str(tmp_path / "t")
+    write_deltalake(uri, pa.table({"k": pa.array(range(1000), pa.int64()), "s": pa.array(["x" * 40] * 1000)}))
+    assert driver_rows.held_whole(uri)
+    monkeypatch.setattr(driver_rows, "HELD_TABLE_ROWS", 999)
+    assert not driver_rows.held_whole(uri)
+    monkeypatch.setattr(driver_rows, "HELD_TABLE_ROWS", 1000)
+    monkeypatch.setattr(driver_rows, "HELD_TABLE_BYTES", 100)  # wide rows: the files' bytes bound it first
+    assert not driver_rows.held_whole(uri)

@@ -37,7 +37,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, held_in_driver, is_local
+from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, held_in_driver, held_whole, is_local
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
@@ -167,7 +167,7 @@ def fold_signed_rows(
     aggregate = _aggregate(plan)
     # Changes the driver holds, folded into a small state, take a moment: the state is held
     # too, and their touched groups are collected straight away, with no cache to plan.
-    small = is_local(signed) and table_rows(state_uri(job.target)) <= HELD_TABLE_ROWS
+    small = is_local(signed) and held_whole(state_uri(job.target))
     state = read_state(spark, job, _state_columns(aggregate), held=small)
     if change_rows is None:
         change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)

@@ -45,6 +45,7 @@ from airflow_backfill.engine.delta.commits import (
 from airflow_backfill.engine.delta.driver_rows import (
     HELD_TABLE_ROWS,
     arrow_rows,
+    held_whole,
     is_local,
     local_arrow,
     local_relation,
@@ -269,7 +270,7 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges) -> pa.Table 
     import pyarrow as pa
     from pyspark.sql.types import BooleanType, DateType, DecimalType, IntegralType, StringType
 
-    if prepared.facts.rows > HELD_TABLE_ROWS or not is_local(prepared.frame):
+    if not is_local(prepared.frame) or not held_whole(prepared.uri):
         return None
     names = {field.name.lower(): field for field in prepared.schema.fields}
     key_fields = [names[column.lower()] for column in prepared.key]
