@@ -20,8 +20,10 @@ Two guarantees of the writer options are kept:
 
 An overwrite of a table whose checksum lists its files (`listed_files`: under 2,000 files)
 removes those files instead of asking Delta's rebuilt state for them, which would cost
-the same three jobs again; `replace_with_watermark` marks the rows a replace or delete
-removes in deletion vectors from that list too (`listed_replace`).
+the same three jobs again; `overwrite_with_rows` commits such an overwrite with one file
+the driver wrote from rows it holds (`driver_file`, no Spark job); `replace_with_watermark`
+marks the rows a replace or delete removes in deletion vectors from that list too
+(`listed_replace`).
 
 Relies on delta-spark 4.4's JVM classes (`constraints-3.11.txt` and `jars/pom.xml` pin it);
 `tests/test_transaction_write.py` checks the log entries and both guarantees.
