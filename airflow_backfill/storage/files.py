@@ -168,9 +168,7 @@ def write_text(uri: str, text: str, *, durable: bool = False) -> None:
     the machine, not only of the process).
     """
     if is_object_store(uri):
-        filesystem, path = _remote(uri)
-        with filesystem.open_output_stream(path) as stream:
-            stream.write(text.encode())
+        write_bytes(uri, text.encode())
         return
     directory, name = os.path.split(uri)
     os.makedirs(directory, exist_ok=True)

@@ -156,6 +156,8 @@ def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
 
 
 HISTORY_ATTEMPTS = 20
+"""Reads of a table's history `commit_history` tries before it gives up on a table that
+gains a commit during each of them."""
 
 
 def commit_history(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
