@@ -29,7 +29,9 @@ def submit(cluster, phase: str, job: dict, parallelism: int, fault: str | None =
     env = {key: value for key, value in os.environ.items() if key != "AIRFLOW_BACKFILL_FAULT"}
     if fault:
         env["AIRFLOW_BACKFILL_FAULT"] = fault
-    options = ("--conf", "spark.executor.cores=1", "--conf", f"spark.cores.max={parallelism}",
+    # One executor with `parallelism` cores, as the operators size a phase (one JVM to start,
+    # not one per core).
+    options = ("--conf", f"spark.executor.cores={parallelism}", "--conf", f"spark.cores.max={parallelism}",
                "--conf", "spark.executor.memory=1g")
     command = spark_submit(phase, "--job-json", json.dumps(job), "--parallelism", str(parallelism),
                            master=cluster.master_url, options=options)
