@@ -127,7 +127,17 @@ def arrow_rows(frame: DataFrame, limit: int | None = None) -> pa.Table | None:
 
 def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame | None:
     """Arrow rows as a Spark local relation of `schema`; None when Spark would not hold
-    them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`)."""
+    them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`).
+
+    Rows of at most `DEFERRED_BYTES` are handed to the JVM only when Spark first needs
+    them (`_DeferredLocalRelation`): most of a round's local relations are read back as
+    Arrow by the next step and never reach Spark."""
+    if table.column_names == schema.names and table.nbytes <= _deferred_limit(spark):
+        from airflow_backfill.engine.delta.deferred_relation import DeferredLocalRelation
+
+        deferred = DeferredLocalRelation(spark, table, schema)
+        _ARROW_OF[deferred] = table
+        return deferred
     local = spark.createDataFrame(table, schema=schema)
     # Spark made a local relation of the rows, or a scan of them beyond its threshold; no
     # need to optimize the plan to tell (optimizing a projection over many rows copies them)
@@ -136,6 +146,18 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     if table.column_names == schema.names:
         _ARROW_OF[local] = table
     return local
+
+
+DEFERRED_BYTES = 16 * 1024 * 1024
+"""The most bytes of Arrow rows whose local relation is made when Spark first needs it
+(`deferred_relation`), and at most half of Spark's `localRelationThreshold` (48 MB by
+default; its measure, the Arrow stream, is a little larger than the rows'), so that Spark
+then holds them locally as `local_relation` promised."""
+
+
+def _deferred_limit(spark: SparkSession) -> int:
+    threshold = int(spark._jsparkSession.sessionState().conf().arrowLocalRelationThreshold())
+    return min(DEFERRED_BYTES, threshold // 2)
 
 
 _ARROW_OF: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
@@ -151,6 +173,8 @@ def is_local(frame: DataFrame) -> bool:
     before it is optimized: optimizing a scan of a Delta table plans the scan, whose file
     skipping and deletion-vector lookups are Spark jobs (0.5 s for a join round's changes
     at TPC-H SF 1), and that optimized plan is not the one the frame later runs."""
+    if getattr(frame, "deferred", False):  # a DeferredLocalRelation not made in the JVM yet
+        return True
     execution = frame._jdf.queryExecution()
     leaves = scala_items(execution.analyzed().collectLeaves())
     if any(leaf.getClass().getSimpleName() not in _LOCAL_LEAVES for leaf in leaves):
