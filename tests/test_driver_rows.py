@@ -161,6 +161,7 @@ def test_held_rows_select_dedupe_and_join_in_arrow_and_reach_spark_once(spark, m
     whole = joined.join(pairs, ["c"], ["c2"], "inner")
     assert whole is not None
     frame = whole.frame(spark)
+    assert frame.schema == whole.schema and frame.unpersist() is frame  # nothing to release yet
     assert not made and is_local(frame) and arrow_of(frame) is whole.table  # the JVM gets the rows on first use
     assert sorted(frame.select("c", "ck", "name", "o2").collect(), key=str) == sorted(
         expected.select("c", "ck", "name", "o").collect(), key=str)
