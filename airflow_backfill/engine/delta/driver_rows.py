@@ -130,8 +130,8 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`).
 
     Rows of at most `DEFERRED_BYTES` are handed to the JVM only when Spark first needs
-    them (`_DeferredLocalRelation`): most of a round's local relations are read back as
-    Arrow by the next step and never reach Spark."""
+    them (`deferred_relation.DeferredLocalRelation`): most of a round's local relations
+    are read back as Arrow by the next step and never reach Spark."""
     if table.column_names == schema.names and table.nbytes <= _deferred_limit(spark):
         from airflow_backfill.engine.delta.deferred_relation import DeferredLocalRelation
 
@@ -173,7 +173,9 @@ def is_local(frame: DataFrame) -> bool:
     before it is optimized: optimizing a scan of a Delta table plans the scan, whose file
     skipping and deletion-vector lookups are Spark jobs (0.5 s for a join round's changes
     at TPC-H SF 1), and that optimized plan is not the one the frame later runs."""
-    if getattr(frame, "deferred", False):  # a DeferredLocalRelation not made in the JVM yet
+    from airflow_backfill.engine.delta.deferred_relation import DeferredLocalRelation
+
+    if isinstance(frame, DeferredLocalRelation) and frame.deferred:  # not in the JVM yet
         return True
     execution = frame._jdf.queryExecution()
     leaves = scala_items(execution.analyzed().collectLeaves())
