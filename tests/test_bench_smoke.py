@@ -179,8 +179,15 @@ def quick_run(tmp_path: Path, sections: str) -> tuple[dict, str]:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(660)
-def test_quick_benchmark_reports_the_snapshot_freshness_and_orchestration(tmp_path: Path) -> None:
-    result, stdout = quick_run(tmp_path, "snapshot_overhead,scaling,freshness,orchestration")
+def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
+    """One run of every section (one TPC-H load and one JVM per parallelism, as
+    `bench/run.py --quick` plans them), each section's figures checked in turn."""
+    result, stdout = quick_run(tmp_path, "snapshot_overhead,scaling,freshness,orchestration,catch_up,refresh,submit")
+    _check_snapshot_freshness_and_orchestration(result, stdout)
+    _check_rounds_against_a_plain_recompute(result, stdout)
+
+
+def _check_snapshot_freshness_and_orchestration(result: dict, stdout: str) -> None:
     overhead = result["snapshot_overhead"]
     stateless = overhead["stateless"]
     assert len(stateless["engine_s"]) == len(stateless["plain_s"]) == 1
@@ -203,10 +210,7 @@ def test_quick_benchmark_reports_the_snapshot_freshness_and_orchestration(tmp_pa
     assert "snapshot overhead" in stdout and "freshness" in stdout
 
 
-@pytest.mark.e2e
-@pytest.mark.timeout(660)
-def test_quick_benchmark_reports_rounds_against_a_plain_recompute(tmp_path: Path) -> None:
-    result, stdout = quick_run(tmp_path, "catch_up,refresh,submit")
+def _check_rounds_against_a_plain_recompute(result: dict, stdout: str) -> None:
     assert "newest" not in result["catch_up"]  # --quick: one share and the single row
     cases = [*result["catch_up"]["shares"].values(), result["catch_up"]["one_row"]]
     for case in cases:

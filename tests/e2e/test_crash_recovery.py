@@ -48,16 +48,15 @@ def run_phase(phase: str, job: Path, fault: str | None = None, *extra: str) -> s
     )
 
 
-def wait_for_backlog(tables: dict[str, str]) -> None:
-    """Wait until the upstream is more than the lag threshold ahead of the MV, so that a
-    catch-up started now has at least one round to run (and to be killed in)."""
+def make_backlog(tables: dict[str, str]) -> None:
+    """Commit epochs beside the simulator's until the upstream is more than the lag
+    threshold ahead of the MV, so that a catch-up started now has at least one round to run
+    (and to be killed in), without waiting for the simulator's pace."""
     watermark = read_watermark(tables["target"], APP_ID)
     assert watermark is not None
-    wanted = watermark + LAG_THRESHOLD + 1
-    deadline = time.monotonic() + 60
-    while DeltaTable(tables["source"]).version() < wanted:
-        assert time.monotonic() < deadline, f"the simulator did not reach version {wanted} within 60 s"
-        time.sleep(0.2)
+    rng = random.Random(watermark)
+    while DeltaTable(tables["source"]).version() <= watermark + LAG_THRESHOLD:
+        commit_epoch(tables["source"], rng, inserts=20, updates=30, deletes=10)
 
 
 def killed(done: subprocess.CompletedProcess) -> bool:
@@ -126,7 +125,7 @@ def test_incremental_phase_killed_at_named_point(spark, tmp_path, live_upstream,
     tables = live_upstream
     job = write_job(tmp_path, tables, LAG_THRESHOLD)
     snapshot_in_process(spark, job)
-    wait_for_backlog(tables)
+    make_backlog(tables)
     extra = ("--max-epochs", "2", "--idle-timeout", "30") if phase == "forward" else ()
     crashed = run_phase(phase, job, f"{phase}:{point}", *extra)
     assert killed(crashed), crashed.stdout[-2000:]
