@@ -237,7 +237,8 @@ def test_a_snapshot_that_crashed_after_its_state_commit_is_redone(spark, tables,
     crash_at(monkeypatch, aggregate_snapshot, "after_state_commit")
     with pytest.raises(Killed):
         run_snapshot(spark, job, **options)
-    assert not os.path.isdir(os.path.join(job.target, "_delta_log")), "a half snapshot is visible"
+    # the MV's files were written beside the state's, but never committed
+    assert not DeltaTable.is_deltatable(job.target), "a half snapshot is visible"
     assert DeltaTable(state_uri(job.target)).transaction_version(job.app_id) == DeltaTable(upstream.uri).version()
     monkeypatch.undo()
     pinned = DeltaTable(upstream.uri).version()
@@ -247,6 +248,9 @@ def test_a_snapshot_that_crashed_after_its_state_commit_is_redone(spark, tables,
     # partial state went straight to the state table, so the chunk is read again
     assert result.chunks_run == (0 if chunked else 1)
     assert not os.path.isdir(partials_uri(job.target))
+    referenced = {os.path.basename(uri) for uri in DeltaTable(job.target).file_uris()}
+    on_disk = {name for name in os.listdir(job.target) if name.endswith(".parquet")}
+    assert on_disk == referenced, "the killed attempt's MV files were left behind"
     assert watermarks(job) == (pinned, pinned)
     run_catch_up(spark, job)
     check(upstream, job, ["g"])

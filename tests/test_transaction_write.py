@@ -118,3 +118,27 @@ def test_a_concurrent_commit_of_another_app_does_not_conflict(spark, tmp_path, m
     assert write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=APP, version=5, user_metadata="{}")
     assert _rows(spark, uri) == [(1, "a"), (2, "b"), (3, "c"), (4, "other")]
     assert DeltaTable(uri).transaction_version(APP) == 5
+
+
+def test_a_first_write_creates_the_table_as_deltas_writer_does(spark, tmp_path):
+    """`append(create=True)` goes through the engine's transaction: its first log entry has
+    what Delta's writer makes of the same write with the table properties as options."""
+    from airflow_backfill.engine.delta.commits import append
+
+    by_writer, by_transaction = str(tmp_path / "writer"), str(tmp_path / "transaction")
+    _create(spark, by_writer)
+    frame = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    assert append(frame, by_transaction, app_id=APP, version=0, user_metadata="{}", create=True)
+    assert not append(frame, by_transaction, app_id=APP, version=0, user_metadata="{}", create=True)  # recorded
+
+    def actions(uri: str) -> dict[str, dict]:
+        entry = {name: body for action in _entry(uri, 0) for name, body in action.items() if name != "add"}
+        for volatile in (("metaData", "id"), ("metaData", "createdTime"), ("txn", "lastUpdated")):
+            entry[volatile[0]].pop(volatile[1])
+        return {name: entry[name] for name in ("metaData", "protocol", "txn")}
+
+    assert actions(by_transaction) == actions(by_writer)
+    assert DeltaTable(by_transaction).version() == 0 and _rows(spark, by_transaction) == [(1, "a"), (2, "b")]
+    with pytest.raises(Exception, match="no Delta table"):  # a write that does not create never does
+        write_with_watermark(frame, str(tmp_path / "missing"), mode=APPEND, options={}, app_id=APP, version=0,
+                             user_metadata="{}")

@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
+from airflow_backfill.engine.aggregates.paired_writes import state_then_mv
 from airflow_backfill.engine.aggregates.state import read_state, state_uri, state_watermark
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
@@ -58,6 +59,8 @@ from airflow_backfill.engine.round_planner import plan_round, rates_at, recomput
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -232,12 +235,9 @@ def commit_round(
 def _write_state_then_mv(spark: SparkSession, job: BackfillJob, state: PreparedChanges, mv: PreparedChanges,
                          chosen: RoundPlan, metadata: CommitInfo) -> int:
     """Commit the state's changes, then the MV's (a crash between the two is recovered from
-    the state). An overwritten state (a small one, the usual case) is written by a thread
-    of its own while the MV's files are written, and the MV commits once the state has:
-    the two writes' jobs overlap (0.66 s -> 0.47 s for the state and MV of TPC-H Q3 at
-    SF 1, docs/benchmarks.md). Returns the MV rows changed."""
-    from pyspark import InheritableThread
-
+    the state). An overwritten state (a small one, the usual case) is written beside the
+    MV's files, the MV committing once the state has (`paired_writes`). Returns the MV
+    rows changed."""
     applied = (load_table(state.uri).transaction_version(job.app_id) or -1) >= metadata.epoch
     groups = 0 if applied else state.changed.rows or 0
     mv_metadata = replace(metadata, extra={**metadata.extra, "groups_changed": str(groups)}).user_metadata(job)
@@ -246,36 +246,18 @@ def _write_state_then_mv(spark: SparkSession, job: BackfillJob, state: PreparedC
         write(spark, state, chosen.writes["state"], app_id=job.app_id, version=metadata.epoch,
               user_metadata=metadata.user_metadata(job))
 
+    def write_mv(before_commit: Callable[[], None] | None) -> int:
+        return write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=metadata.epoch,
+                     user_metadata=mv_metadata, before_commit=before_commit)
+
+    def after_state_commit() -> None:
+        maybe_crash(metadata.phase, "after_state_commit")
+
     if chosen.writes["state"] != OVERWRITE:
         write_state()
-        maybe_crash(metadata.phase, "after_state_commit")
-        return write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=metadata.epoch,
-                     user_metadata=mv_metadata)
-    failed: list[BaseException] = []
-
-    def state_thread() -> None:
-        try:
-            write_state()
-        except BaseException as error:  # raised again by the MV's write, which then does not commit
-            failed.append(error)
-
-    writer = InheritableThread(target=state_thread, name="state-overwrite")
-    writer.start()
-
-    def state_committed() -> None:
-        writer.join()
-        if failed:
-            raise failed[0]
-        maybe_crash(metadata.phase, "after_state_commit")
-
-    try:
-        changed = write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=metadata.epoch,
-                        user_metadata=mv_metadata, before_commit=state_committed)
-    finally:
-        writer.join()
-    if failed:  # the MV had its version already, so its write never waited
-        raise failed[0]
-    return changed
+        after_state_commit()
+        return write_mv(None)
+    return state_then_mv(write_state, write_mv, after_state_commit)
 
 
 def _cheapest(estimates: dict[str, float]) -> str:

@@ -106,22 +106,15 @@ class CommitInfo:
 
 def append(
     frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
+    before_commit: Callable[[], None] | None = None,
 ) -> bool:
     """Append `frame` to the Delta table at `uri` (created when `create`, with
     `TABLE_PROPERTIES`) in one idempotent commit; False (nothing written) when the table
-    already has transaction `version`."""
+    already has transaction `version`. `before_commit`: as `write_with_watermark`'s."""
     ensure_held(uri)
-    if not create:
-        return write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=app_id, version=version,
-                                    user_metadata=user_metadata)
-    writer = (
-        frame.write.format("delta").mode("append")
-        .option("txnAppId", app_id).option("txnVersion", str(version)).option("userMetadata", user_metadata)
-    )
-    for key, value in TABLE_PROPERTIES.items():
-        writer = writer.option(key, value)
-    writer.save(uri)
-    return True
+    return write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=app_id, version=version,
+                                user_metadata=user_metadata, before_commit=before_commit,
+                                new_table_properties=TABLE_PROPERTIES if create else None)
 
 
 def commit_watermark_only(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:

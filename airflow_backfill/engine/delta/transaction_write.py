@@ -1,5 +1,6 @@
-"""A DataFrame write to an existing Delta table whose commit carries the watermark, without
-Delta's rebuild of the table's state to look the watermark up.
+"""A DataFrame write to a Delta table whose commit carries the watermark, without Delta's
+rebuild of the table's state to look the watermark up, and with a hook between writing the
+files and committing them (a table's commit may wait for another's).
 
 The writer options `txnAppId` / `txnVersion` make Delta ask its snapshot for the table's
 transaction versions (`OptimisticTransaction.txnVersion`), which Delta 4.4 answers only by
@@ -36,6 +37,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from deltalake.exceptions import TableNotFoundError
+
 from airflow_backfill.engine.delta.driver_file import writable, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
 from airflow_backfill.engine.delta.listed_replace import replace_listed
@@ -54,15 +57,19 @@ OVERWRITE = "Overwrite"
 def write_with_watermark(
     frame: DataFrame, uri: str, *, mode: str, options: Mapping[str, str], app_id: str, version: int,
     user_metadata: str, before_commit: Callable[[], None] | None = None,
+    new_table_properties: Mapping[str, str] | None = None,
 ) -> bool:
     """Write `frame` into the Delta table at `uri` (`mode` APPEND or OVERWRITE, Delta writer
     `options` such as `replaceOn` or `replaceWhere`) in one commit that records app transaction
     (`app_id`, `version`) and `user_metadata`. False, with nothing written, when the
     table already records `version` or a later one. `before_commit` runs once the files
     are written, before the commit (it may wait for another table's commit, or raise to
-    leave this one uncommitted)."""
+    leave this one uncommitted). A table not created yet is created by the commit, with
+    `new_table_properties` (the log entry Delta's writer makes of a first write with
+    those properties as options)."""
     return bool(_commit(frame.sparkSession, uri, frame, mode=mode, options=options, app_id=app_id, version=version,
-                        user_metadata=user_metadata, before_commit=before_commit))
+                        user_metadata=user_metadata, before_commit=before_commit,
+                        new_table_properties=new_table_properties))
 
 
 def commit_watermark(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> bool:
@@ -101,7 +108,8 @@ def overwrite_with_rows(
 
 def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],
             app_id: str, version: int, user_metadata: str, replaced: str | None = None,
-            before_commit: Callable[[], None] | None = None, rows: pa.Table | None = None) -> bool | None:
+            before_commit: Callable[[], None] | None = None, rows: pa.Table | None = None,
+            new_table_properties: Mapping[str, str] | None = None) -> bool | None:
     jvm = spark._jvm
     assert jvm is not None
     jspark = spark._jsparkSession
@@ -109,9 +117,16 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
     delta_log = delta.DeltaLog.forTable(jspark, uri)
     transaction = delta_log.startTransaction()
     transaction.readTxn().append(app_id)  # a concurrent commit of the same app id now conflicts
-    recorded = load_table(uri).transaction_version(app_id)
+    creating = transaction.readVersion() < 0
+    if creating and new_table_properties is None:
+        raise TableNotFoundError(f"no Delta table at {uri} to write to")
+    recorded = None if creating else load_table(uri).transaction_version(app_id)
     if recorded is not None and recorded >= version:
         return False
+    configuration = _scala_map(jvm, {})
+    if creating:  # what Delta's data source makes of `delta.*` writer options
+        configuration = getattr(getattr(delta, "DeltaConfigs$"), "MODULE$").validateConfigurations(
+            _scala_map(jvm, new_table_properties or {}))
     save_mode = getattr(jvm.org.apache.spark.sql.SaveMode, mode)
     empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
     none = jvm.scala.Option.apply(None)
@@ -141,7 +156,7 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
         else:
             delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
             command = delta.commands.WriteIntoDelta(
-                delta_log, save_mode, delta_options, empty, _scala_map(jvm, {}), frame._jdf, none, none, False)
+                delta_log, save_mode, delta_options, empty, configuration, frame._jdf, none, none, False)
             written = command.writeAndReturnCommitData(transaction, jspark, none, False)
             actions, tags = written.actions(), written.stringTags()
         if before_commit is not None:
