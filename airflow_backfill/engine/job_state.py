@@ -9,14 +9,11 @@ CLI, the logs and the Airflow UI; losing it loses no data.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from typing import Any
 
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
-
-log = logging.getLogger(__name__)
 
 STATE_DIR = "_airflow_backfill"
 STATE_FILE = "state.json"
@@ -46,12 +43,3 @@ def update_state(target: str, **fields: Any) -> dict[str, Any]:
     state["updated_at"] = time.time()
     files.write_text(join(state_dir(target), STATE_FILE), json.dumps(state, indent=2, sort_keys=True))
     return state
-
-
-def discard_uncreated_mv(target: str) -> None:
-    """Delete what an unfinished snapshot wrote to an MV that never got a watermark (its
-    chunks, or files no commit took); the job's folder stays."""
-    for name in files.list_names(target):
-        if name != STATE_DIR:
-            files.delete(join(target, name))
-    log.info("removed what an unfinished snapshot wrote to %s", target)

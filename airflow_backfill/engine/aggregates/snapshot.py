@@ -21,7 +21,7 @@ from airflow_backfill.engine.aggregates.view import analyse, cast_to, value_type
 from airflow_backfill.engine.delta.commits import append
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, discard_uncreated_mv, state_dir
+from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, state_dir
 from airflow_backfill.engine.planning import aggregate_sql
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
@@ -76,7 +76,7 @@ def commit_aggregate_snapshot(
     try:
         if discard_state(job.target):
             log.info("a previous snapshot attempt stopped before creating the MV; its state was discarded")
-            discard_uncreated_mv(job.target)  # the MV's files it wrote beside the state, never committed
+        _discard_uncommitted_mv_files(job.target)
         maybe_crash(PHASE_SNAPSHOT, "after_write")
         groups = state.count()
         mv_rows = visible_rows(spark, aggregate, state, value_types(spark, aggregate, upstream_struct), mv_schema)
@@ -104,6 +104,19 @@ def commit_aggregate_snapshot(
     discard_partials(job.target)  # the partials are in the state now
     log.info("created aggregate MV %s at epoch %s: %s groups, %s rows", job.target, info.epoch, groups, rows)
     return rows
+
+
+def _discard_uncommitted_mv_files(target: str) -> None:
+    """Delete the MV's data files and its empty log that a stopped attempt wrote beside its
+    state without committing them (the MV's files are written while the state commits);
+    nothing when a Delta table is there, and nothing but those."""
+    if table_exists(target):
+        return
+    leftovers = [name for name in files.list_names(target) if name.endswith(".parquet") or name == "_delta_log"]
+    for name in leftovers:
+        files.delete(join(target, name))
+    if leftovers:
+        log.info("removed %s files a stopped snapshot wrote to %s without committing them", len(leftovers), target)
 
 
 def _combine(spark: SparkSession, plan: QueryPlan, upstream: StructType, target: str,

@@ -42,6 +42,7 @@ from airflow_backfill.engine.phases.snapshot import (
     _reconcile_with_log,
     _run_chunks,
     aggregate_in_one_chunk,
+    discard_uncreated_mv,
     only_chunk_partials,
     read_files,
 )
@@ -259,7 +260,7 @@ def _refuse_repeated_key(job: BackfillJob, plan: JoinPlan, vector: Mapping[str, 
     if repeated is None:
         return
     if exists(job.target):
-        job_state.discard_uncreated_mv(job.target)
+        discard_uncreated_mv(job.target)
     discard_progress(job.target)
     raise repeated
 

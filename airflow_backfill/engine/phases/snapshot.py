@@ -71,7 +71,9 @@ from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
+from airflow_backfill.storage import files
 from airflow_backfill.storage.spark_parquet import read_parquet_files
+from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -239,7 +241,15 @@ def _discard_chunks(job: BackfillJob, plan: QueryPlan) -> None:
         discard_partials(job.target)
         return
     if table_exists(job.target) and read_watermark(job.target, job.app_id) is None:
-        job_state.discard_uncreated_mv(job.target)
+        discard_uncreated_mv(job.target)
+
+
+def discard_uncreated_mv(target: str) -> None:
+    """Delete an MV that never got a watermark (its chunks only); the job's folder stays."""
+    for name in files.list_names(target):
+        if name != job_state.STATE_DIR:
+            files.delete(join(target, name))
+    log.info("removed the chunks of an unfinished snapshot from %s", target)
 
 
 def mv_schema(spark: SparkSession, upstream: UpstreamInfo, plan: QueryPlan) -> StructType:
@@ -394,7 +404,7 @@ def _prove_key(spark: SparkSession, job: BackfillJob, plan: QueryPlan, upstream:
     repeated = _upstream_key_repeated(spark, plan, upstream)
     if repeated is not None:
         if table_exists(job.target):
-            job_state.discard_uncreated_mv(job.target)  # the chunks of an earlier, unproved attempt
+            discard_uncreated_mv(job.target)  # the chunks of an earlier, unproved attempt
         discard_progress(job.target)
         raise RepeatedKeyError(list(job.primary_key), job.source, repeated)
     return True
