@@ -9,6 +9,7 @@ import json
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
 from airflow_backfill.engine.delta import transaction_write
 from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
@@ -139,6 +140,6 @@ def test_a_first_write_creates_the_table_as_deltas_writer_does(spark, tmp_path):
 
     assert actions(by_transaction) == actions(by_writer)
     assert DeltaTable(by_transaction).version() == 0 and _rows(spark, by_transaction) == [(1, "a"), (2, "b")]
-    with pytest.raises(Exception, match="no Delta table"):  # a write that does not create never does
+    with pytest.raises(TableNotFoundError, match="no Delta table"):  # a write that does not create never does
         write_with_watermark(frame, str(tmp_path / "missing"), mode=APPEND, options={}, app_id=APP, version=0,
                              user_metadata="{}")
