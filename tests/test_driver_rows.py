@@ -8,6 +8,7 @@ import datetime
 from decimal import Decimal
 
 import pytest
+from spark_job_count import jobs_started
 
 from airflow_backfill.engine.delta.commits import PRESENT
 from airflow_backfill.engine.delta.driver_rows import (
@@ -35,23 +36,19 @@ def _computed(spark):
                            "CAST(at AS TIMESTAMP) AS at", "s", f"p AS {PRESENT}", "arrived").cache()
 
 
-def _jobs(spark) -> int:
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
-
-
 def test_few_rows_are_held_as_a_local_relation_that_answers_without_a_job(spark):
     frame = _computed(spark)
     local = held_in_driver(frame)
     assert local is not None and is_local(local) and not is_local(frame)
     assert local.schema == frame.schema
     assert sorted(local.collect(), key=str) == sorted(frame.collect(), key=str)
-    before = _jobs(spark)
-    narrowed = local.filter("k > 5").selectExpr("k", "d * 2 AS d2")
-    assert is_local(narrowed)
-    assert narrowed.collect()[0]["d2"] == Decimal("-7.00")
-    assert local.filter("k < 0").limit(1).isEmpty()
-    in_driver = key_range_of_rows(local.collect(), "k", PRESENT, "arrived")
-    assert _jobs(spark) == before
+    with jobs_started(spark) as jobs:
+        narrowed = local.filter("k > 5").selectExpr("k", "d * 2 AS d2")
+        assert is_local(narrowed)
+        assert narrowed.collect()[0]["d2"] == Decimal("-7.00")
+        assert local.filter("k < 0").limit(1).isEmpty()
+        in_driver = key_range_of_rows(local.collect(), "k", PRESENT, "arrived")
+        assert jobs() == 0
     assert in_driver == key_range(frame, "k", PRESENT, "arrived")
     frame.unpersist()
 
@@ -78,9 +75,9 @@ def test_a_plan_over_a_table_is_refused_without_planning_its_scan(spark, tmp_pat
     spark.range(20).selectExpr("id AS k").write.format("delta").save(uri)
     changes = spark.createDataFrame([(3,), (7,)], "k long")
     joined = spark.read.format("delta").load(uri).filter("k > 2").join(changes, "k")
-    before = _jobs(spark)
-    assert not is_local(joined)
-    assert _jobs(spark) == before
+    with jobs_started(spark) as jobs:
+        assert not is_local(joined)
+        assert jobs() == 0
     assert sorted(row.k for row in joined.collect()) == [3, 7]
 
 
@@ -103,9 +100,9 @@ def test_joins_of_local_relations_match_spark_and_stay_local(spark, how):
                   "k long, n int, s string")
     right = _local(spark, [(1, 1, Decimal("1.50")), (1, 1, Decimal("2.50")), (2, None, Decimal("3.00")),
                            (None, 1, Decimal("4.00")), (1, 2, None)], "rk long, rn long, v decimal(9,2)")
-    before = _jobs(spark)
-    joined = local_join(left, right, ["k", "n"], ["rk", "rn"], how)  # n int against rn long
-    assert joined is not None and is_local(joined) and _jobs(spark) == before
+    with jobs_started(spark) as jobs:
+        joined = local_join(left, right, ["k", "n"], ["rk", "rn"], how)  # n int against rn long
+        assert joined is not None and is_local(joined) and jobs() == 0
     expected = left.join(right, (left.k == right.rk) & (left.n == right.rn), how)
     assert joined.schema == expected.schema
     assert sorted(joined.collect(), key=str) == sorted(expected.collect(), key=str)
@@ -191,12 +188,12 @@ def test_many_local_rows_reach_arrow_as_few_do(spark, monkeypatch):
     frame = local_relation(spark, without_timestamps.toArrow(), without_timestamps.schema)
     computed.unpersist()
     projected = frame.selectExpr("k", "d * 2 AS d2", "day", "s", PRESENT)
-    before = _jobs(spark)
-    few = local_arrow(projected)  # collected as Python rows: no job
-    assert _jobs(spark) == before
-    monkeypatch.setattr(driver_rows, "COLLECT_ROWS", 1)
-    many = local_arrow(projected)  # transferred by Spark as Arrow: a job
-    assert _jobs(spark) > before
+    with jobs_started(spark) as jobs:
+        few = local_arrow(projected)  # collected as Python rows: no job
+        assert jobs() == 0
+        monkeypatch.setattr(driver_rows, "COLLECT_ROWS", 1)
+        many = local_arrow(projected)  # transferred by Spark as Arrow: a job
+        assert jobs() > 0
     assert few is not None and many is not None
     assert many.schema == few.schema and many.to_pylist() == few.to_pylist()
 

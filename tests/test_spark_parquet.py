@@ -6,6 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from spark_job_count import jobs_started
 
 from airflow_backfill.storage import files
 from airflow_backfill.storage.spark_parquet import LISTING_THRESHOLD, read_parquet_files
@@ -14,10 +15,6 @@ from airflow_backfill.storage.uri import join
 pytestmark = pytest.mark.spark
 
 FILES = 40  # above Spark's default threshold of 32 paths
-
-
-def _jobs(spark) -> int:
-    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 
 def _files(folder) -> list[str]:
@@ -32,9 +29,9 @@ def _files(folder) -> list[str]:
 def test_many_local_files_are_read_without_a_listing_job(spark, tmp_path):
     paths = _files(tmp_path)
     assert spark.conf.get(LISTING_THRESHOLD, None) is None
-    before = _jobs(spark)
-    frame = read_parquet_files(spark, "k long", paths)
-    assert _jobs(spark) == before  # Spark would list 40 paths in a job of their own
+    with jobs_started(spark) as jobs:
+        frame = read_parquet_files(spark, "k long", paths)
+        assert jobs() == 0  # Spark would list 40 paths in a job of their own
     assert spark.conf.get(LISTING_THRESHOLD, None) is None
     assert sorted(row.k for row in frame.collect()) == list(range(2 * FILES))
 
@@ -55,8 +52,8 @@ def test_files_on_an_object_store_keep_sparks_listing_job(spark, s3_tables):
     spark.range(2 * FILES).repartition(FILES).write.parquet(folder)
     paths = [join(folder, name) for name in files.list_names(folder) if name.endswith(".parquet")]
     assert len(paths) == FILES
-    before = _jobs(spark)
-    frame = read_parquet_files(spark, "id long", paths)
-    assert _jobs(spark) > before  # each lookup is a request: Spark spreads them over its tasks
+    with jobs_started(spark) as jobs:
+        frame = read_parquet_files(spark, "id long", paths)
+        assert jobs() > 0  # each lookup is a request: Spark spreads them over its tasks
     assert spark.conf.get(LISTING_THRESHOLD, None) is None
     assert frame.count() == 2 * FILES
