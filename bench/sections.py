@@ -471,17 +471,24 @@ def round_floor(spark: SparkSession, job: Any, watermark: int, end: int) -> dict
 
 def _locate_keys(spark: SparkSession, feed: Any, target: str, upstream_key: tuple[str, ...],
                  mv_key: tuple[str, ...]) -> int:
-    """How many of the feed's keys the MV holds: its key columns read within the keys'
-    leading range (Delta skips the files outside it), semi-joined with the keys."""
+    """How many of the feed's keys the MV holds: its key columns read (from the files its
+    checksum lists, when it lists them: no state rebuilt) within the keys' leading range
+    (Delta skips the files outside it), semi-joined with the keys, on the leading column
+    first when the key has several (as the engine's deletes do: Spark probes one integral
+    column much faster than several)."""
     from pyspark.sql import functions as F
+
+    from airflow_backfill.engine.delta.listed_files import read_table
 
     keys = feed.select(*(F.col(u).alias(m) for u, m in zip(upstream_key, mv_key, strict=True))).distinct().cache()
     try:
         bounds = keys.agg(F.min(mv_key[0]), F.max(mv_key[0])).first()
         if bounds is None or bounds[0] is None:
             return 0
-        mv = spark.read.format("delta").load(target).select(*mv_key)
+        mv = read_table(spark, target).select(*mv_key)  # its listed files, as the engine reads them
         within = mv.filter(F.col(mv_key[0]).between(bounds[0], bounds[1]))
+        if len(mv_key) > 1:
+            within = within.join(F.broadcast(keys.select(mv_key[0])), on=[mv_key[0]], how="left_semi")
         return within.join(keys, on=list(mv_key), how="left_semi").count()
     finally:
         keys.unpersist()

@@ -26,9 +26,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
-from airflow_backfill.engine.aggregates.paired_writes import state_then_mv
 from airflow_backfill.engine.aggregates.state import read_state, state_uri, state_watermark
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
+from airflow_backfill.engine.commit_after import commit_after
 from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
 from airflow_backfill.engine.delta.commits import (
     PLAN_FIELD,
@@ -236,7 +236,7 @@ def _write_state_then_mv(spark: SparkSession, job: BackfillJob, state: PreparedC
                          chosen: RoundPlan, metadata: CommitInfo) -> int:
     """Commit the state's changes, then the MV's (a crash between the two is recovered from
     the state). An overwritten state (a small one, the usual case) is written beside the
-    MV's files, the MV committing once the state has (`paired_writes`). Returns the MV
+    MV's files, the MV committing once the state has (`commit_after`). Returns the MV
     rows changed."""
     applied = (load_table(state.uri).transaction_version(job.app_id) or -1) >= metadata.epoch
     groups = 0 if applied else state.changed.rows or 0
@@ -257,7 +257,7 @@ def _write_state_then_mv(spark: SparkSession, job: BackfillJob, state: PreparedC
         write_state()
         after_state_commit()
         return write_mv(None)
-    return state_then_mv(write_state, write_mv, after_state_commit)
+    return commit_after(write_state, write_mv, after_state_commit)
 
 
 def _cheapest(estimates: dict[str, float]) -> str:

@@ -15,9 +15,9 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.aggregates.paired_writes import state_then_mv
 from airflow_backfill.engine.aggregates.state import discard_state, state_uri
 from airflow_backfill.engine.aggregates.view import analyse, cast_to, value_types, visible_rows
+from airflow_backfill.engine.commit_after import commit_after
 from airflow_backfill.engine.delta.commits import append
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.faults import maybe_crash
@@ -70,7 +70,7 @@ def commit_aggregate_snapshot(
         raise TypeError("an aggregate plan is required")
     state_schema = analyse(spark, upstream_struct, aggregate_sql.state_sql(aggregate))
     # Cached and counted first: the state and the MV are then written side by side from the
-    # same rows (`paired_writes`), the MV committing after the state.
+    # same rows (`commit_after`), the MV committing after the state.
     state = cast_to(_combine(spark, plan, upstream_struct, job.target, partials), state_schema).cache()
     mv_rows = None
     try:
@@ -96,7 +96,7 @@ def commit_aggregate_snapshot(
             append(frame.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
                    user_metadata=mv_info.user_metadata(job), create=True, before_commit=before_commit)
 
-        state_then_mv(write_state, write_mv, lambda: maybe_crash(PHASE_SNAPSHOT, "after_state_commit"))
+        commit_after(write_state, write_mv, lambda: maybe_crash(PHASE_SNAPSHOT, "after_state_commit"))
     finally:
         if mv_rows is not None:
             mv_rows.unpersist()

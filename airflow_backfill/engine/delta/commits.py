@@ -44,7 +44,7 @@ from airflow_backfill.storage.lease import ensure_held
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
     from airflow_backfill.job import BackfillJob
 
@@ -229,7 +229,7 @@ def merge_changes(
 
 
 def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
-                  user_metadata: str, null_safe: bool) -> None:
+                 user_metadata: str, null_safe: bool, leading_nulls: bool = True) -> None:
     """Replace the table's rows of the keys `frame` holds with `frame`'s rows, in one commit.
 
     Delta's `replaceOn` deletes the rows for which a row of `frame` has the same key (a
@@ -240,15 +240,16 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
     `bound` (a condition on the table's columns, qualified by `TARGET`) is pushed into the scan
     of the table, so that Parquet skips what lies outside the keys' range. A table whose
     checksum lists its files is replaced from that list, by the same semi-join
-    (`transaction_write.replace_with_watermark`).
+    (`transaction_write.replace_with_watermark`), on the key's leading column first when that
+    is cheaper (`_exists`; `leading_nulls`: whether a change's leading key may be NULL).
     """
     ensure_held(uri)
-    equal = "<=>" if null_safe else "="
-    matched = " AND ".join(f"{TARGET}.{quote(column)} {equal} {CHANGES}.{quote(column)}" for column in key)
     with _changes_view(frame) as view:
-        if replace_with_watermark(frame.sparkSession, uri, frame, condition=_exists(view, matched, bound),
+        condition = _exists(view, frame, key, bound, null_safe=null_safe, leading_nulls=leading_nulls)
+        if replace_with_watermark(frame.sparkSession, uri, frame, condition=condition,
                                   app_id=app_id, version=version, user_metadata=user_metadata) is not None:
             return
+    matched = _matched(key, null_safe)
     condition = matched if bound is None else f"{matched} AND {bound}"
     write_with_watermark(frame.alias(CHANGES).select("*"), uri, mode=OVERWRITE,
                          options={"replaceOn": condition, "targetAlias": TARGET}, app_id=app_id, version=version,
@@ -256,18 +257,19 @@ def replace_keys(frame: DataFrame, uri: str, key: Sequence[str], bound: str | No
 
 
 def replace_and_delete_listed(frame: DataFrame, keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *,
-                              app_id: str, version: int, user_metadata: str, null_safe: bool) -> bool:
+                              app_id: str, version: int, user_metadata: str, null_safe: bool,
+                              leading_nulls: bool = True) -> bool:
     """Replace the table's rows of every key `keys` holds by `frame`'s rows (the new rows of
     some of those keys; the others leave), in one commit from the checksum's file list
     (`transaction_write.replace_with_watermark`): the rows found by a semi-join with `keys`,
     marked in deletion vectors, and `frame` appended. Delta's own `replaceOn` matches only
     the rows it writes, so it cannot delete keys that have no new row: False, with nothing
-    written, when the file list does not fit (the caller then merges)."""
+    written, when the file list does not fit (the caller then merges). `leading_nulls` as
+    for `replace_keys`."""
     ensure_held(uri)
-    equal = "<=>" if null_safe else "="
-    matched = " AND ".join(f"{TARGET}.{quote(column)} {equal} {CHANGES}.{quote(column)}" for column in key)
     with _changes_view(keys) as view:
-        return replace_with_watermark(frame.sparkSession, uri, frame, condition=_exists(view, matched, bound),
+        condition = _exists(view, keys, key, bound, null_safe=null_safe, leading_nulls=leading_nulls)
+        return replace_with_watermark(frame.sparkSession, uri, frame, condition=condition,
                                       app_id=app_id, version=version, user_metadata=user_metadata) is not None
 
 
@@ -290,19 +292,18 @@ def replace_matching(frame: DataFrame, uri: str, condition: str, *, app_id: str,
 
 
 def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None, *, app_id: str, version: int,
-                user_metadata: str, null_safe: bool) -> None:
+                user_metadata: str, null_safe: bool, leading_nulls: bool = True) -> None:
     """Delete the table's rows whose key `keys` holds, in one commit (deletion vectors).
 
     A DELETE whose condition is an EXISTS over `keys` (a semi-join, broadcast when `keys` is
     small), behind `bound`, a condition on the table alone that Delta skips files with; from
     the checksum's file list when it lists the table's files (`replace_with_watermark`).
+    `leading_nulls` as for `replace_keys`.
     """
     spark = keys.sparkSession
     ensure_held(uri)
-    equal = "<=>" if null_safe else "="
-    matched = " AND ".join(f"{CHANGES}.{quote(column)} {equal} {TARGET}.{quote(column)}" for column in key)
     with _changes_view(keys) as view:
-        condition = _exists(view, matched, bound)
+        condition = _exists(view, keys, key, bound, null_safe=null_safe, leading_nulls=leading_nulls)
         if replace_with_watermark(spark, uri, None, condition=condition, app_id=app_id, version=version,
                                   user_metadata=user_metadata) is not None:
             return
@@ -347,9 +348,34 @@ def _changes_view(changes: DataFrame) -> Iterator[str]:
         changes.sparkSession.catalog.dropTempView(view)
 
 
-def _exists(view: str, matched: str, bound: str | None) -> str:
-    """A condition on the table (`TARGET`) that holds for its rows with a match in `view`
-    (aliased `CHANGES`), behind `bound`, a condition on the table alone that Delta skips
-    files with."""
-    condition = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {matched})"
+def _matched(key: Sequence[str], null_safe: bool) -> str:
+    """The table's row (`TARGET`) and a change (`CHANGES`) have the same key."""
+    equal = "<=>" if null_safe else "="
+    return " AND ".join(f"{TARGET}.{quote(column)} {equal} {CHANGES}.{quote(column)}" for column in key)
+
+
+def _exists(view: str, changes: DataFrame, key: Sequence[str], bound: str | None, *, null_safe: bool,
+            leading_nulls: bool) -> str:
+    """A condition on the table (`TARGET`) that holds for its rows whose key a change in
+    `view` (the frame `changes`, aliased `CHANGES`) has, behind `bound`, a condition on the
+    table alone that Delta skips files with.
+
+    Spark probes a key of several columns row by row in a generic hash table, but a single
+    integral column as a long (its `LongHashedRelation`): locating 60 k keys among the 59 M
+    rows of a lineitem MV took 5.6 - 7.2 s by the whole key and 2.2 - 3.4 s with a semi-join
+    on the leading column first (docs/benchmarks.md). So a key of several columns whose
+    leading column is integral is matched on that column first, when that cannot drop a
+    match: `=` never matches NULL, and `<=>` matches a NULL leading column only when a
+    change has one (`leading_nulls` false says none has)."""
+    from pyspark.sql.types import IntegralType
+
+    condition = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {_matched(key, null_safe)})"
+    leading = quote(key[0])
+    if len(key) > 1 and isinstance(_column_type(changes, key[0]), IntegralType) and not (null_safe and leading_nulls):
+        narrowing = f"EXISTS (SELECT 1 FROM {view} {CHANGES} WHERE {TARGET}.{leading} = {CHANGES}.{leading})"
+        condition = f"{narrowing} AND {condition}"  # Spark joins in this order
     return condition if bound is None else f"{bound} AND {condition}"
+
+
+def _column_type(frame: DataFrame, column: str) -> DataType | None:
+    return next((field.dataType for field in frame.schema.fields if field.name.lower() == column.lower()), None)

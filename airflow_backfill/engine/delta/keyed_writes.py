@@ -179,15 +179,16 @@ def write(
         keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
         if not replace_and_delete_listed(new_rows, keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."),
                                          app_id=app_id, version=version, user_metadata=user_metadata,
-                                         null_safe=prepared.null_safe):
+                                         null_safe=prepared.null_safe, leading_nulls=prepared.changed.has_nulls):
             _merge(spark, prepared, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
         replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
-                     version=version, user_metadata=user_metadata, null_safe=prepared.null_safe)
+                     version=version, user_metadata=user_metadata, null_safe=prepared.null_safe,
+                     leading_nulls=prepared.changed.has_nulls)
     elif way == DELETE:
         keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
         delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id, version=version,
-                    user_metadata=user_metadata, null_safe=prepared.null_safe)
+                    user_metadata=user_metadata, null_safe=prepared.null_safe, leading_nulls=prepared.changed.has_nulls)
     elif way == OVERWRITE:
         kept = _kept_in_driver(spark, prepared)
         after = None if kept is None else _rows_after_in_driver(kept, new_rows, prepared)
