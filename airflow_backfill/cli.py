@@ -333,7 +333,7 @@ def _describe(settings: BackfillSettings | None) -> str:
 
 
 def _run_alter(args: argparse.Namespace) -> int:
-    from airflow_backfill.engine.control import apply_alter
+    from airflow_backfill.engine.alter import apply_alter
 
     overrides = _requested_overrides(args)  # usage errors first, before the job file is read
     job = _load_job(args.job)
@@ -403,7 +403,7 @@ def _add_jvm_archive(subparsers: Any) -> None:
 
 
 def _run_jvm_archive(args: argparse.Namespace) -> int:
-    from airflow_backfill.engine.jvm_archive import archive_is_current, archive_path, build_archive
+    from airflow_backfill.engine.launch.class_archive import archive_is_current, archive_path, build_archive
 
     if args.if_stale and archive_is_current():
         print(f"the JVM archive {archive_path()} is up to date")

@@ -26,13 +26,13 @@ import yaml
 from airflow_backfill import tpch
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.log import read_watermark
-from airflow_backfill.engine.driver_jit import (
+from airflow_backfill.engine.launch.class_archive import archive_launch
+from airflow_backfill.engine.launch.jit import (
     DRIVER_DEFAULT_JAVA_OPTIONS,
     QUICK_JIT_OPTION,
     pending_change,
     quick_jit_suits,
 )
-from airflow_backfill.engine.jvm_archive import archive_launch
 from airflow_backfill.job_input import as_job
 from bench.measure import median, stopwatch
 from bench.workload import LINEITEM_KEY, QUERIES

@@ -95,7 +95,7 @@ def lineitem_job(
 
 def upstream_files(source: str, epoch: int) -> list[str]:
     """The upstream's data files at `epoch`: what both the engine and the baseline read."""
-    from airflow_backfill.engine.phases.snapshot_chunks import list_data_files
+    from airflow_backfill.engine.snapshot_chunks.plan import list_data_files
 
     return [file.path for file in list_data_files(source, epoch)]
 

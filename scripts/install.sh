@@ -46,7 +46,7 @@ if [ ! -f "$AIRFLOW_HOME/airflow.db" ] || [ "$stamp" -nt "$AIRFLOW_HOME/airflow.
   .venv/bin/airflow db migrate >/dev/null
 fi
 # A class-data-sharing archive of the classes a phase's driver loads: each spark-submit then
-# starts seconds sooner (airflow_backfill/engine/jvm_archive.py). Built once, about a minute,
+# starts seconds sooner (airflow_backfill/engine/launch/class_archive.py). Built once, about a minute,
 # and again only when Java or the jars change.
 if ! airflow-backfill --log-level WARNING jvm-archive --if-stale; then
   echo "== the JVM archive could not be built (above): phases start without it"

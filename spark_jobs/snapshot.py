@@ -14,7 +14,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from airflow_backfill.engine.phases.snapshot_chunks import DEFAULT_CHUNK_BYTES, DEFAULT_JOIN_CHUNK_BYTES
+from airflow_backfill.engine.snapshot_chunks.plan import DEFAULT_CHUNK_BYTES, DEFAULT_JOIN_CHUNK_BYTES
 from airflow_backfill.spark_jobs.common import job_arguments, resolve_job, resolve_parallelism, run_phase
 
 

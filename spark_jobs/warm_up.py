@@ -5,7 +5,7 @@
 A stateless MV and an aggregate MV over a generated `orders` table in a temporary
 folder: snapshot, two upstream epochs, catch-up, and the MVs read back. The JVM that runs
 it loads the classes a phase loads; started with `-XX:ArchiveClassesAtExit`, it archives
-them for the phases' drivers (airflow_backfill/engine/jvm_archive.py). Nothing outside
+them for the phases' drivers (airflow_backfill/engine/launch/class_archive.py). Nothing outside
 the temporary folder is written.
 """
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from airflow_backfill.engine.jvm_archive import ArchiveLaunch, archive_launch
+from airflow_backfill.engine.launch.class_archive import ArchiveLaunch, archive_launch
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,9 +18,9 @@ from helpers_delta import mv_commits, write_mv_version
 from airflow_backfill.cli import main
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import control_path, effective_settings, read_overrides
-from airflow_backfill.engine.phases import snapshot as snapshot_module
 from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.engine.phases.snapshot_progress import (
+from airflow_backfill.engine.snapshot_chunks import run as snapshot_module
+from airflow_backfill.engine.snapshot_chunks.progress import (
     DoneChunk,
     SnapshotProgress,
     load_progress,

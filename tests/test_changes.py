@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from airflow_backfill.engine.delta.commits import REPEATED_KEY
-from airflow_backfill.engine.phases.changes import (
+from airflow_backfill.engine.planning.query import plan_query
+from airflow_backfill.engine.rounds.changes import (
     count_changes,
     mv_changes,
     net_changes,
     some_key_gained_rows,
 )
-from airflow_backfill.engine.planning.query import plan_query
 
 pytestmark = pytest.mark.spark
 

@@ -139,7 +139,7 @@ def test_a_vacuumed_change_file_is_the_same_error_as_with_spark(spark, tmp_path)
 
 def test_the_driver_tells_a_key_that_gained_rows_as_spark_tells_it(spark, tmp_path):
     from airflow_backfill.engine.delta.driver_feed import key_gained_rows
-    from airflow_backfill.engine.phases.changes import some_key_gained_rows
+    from airflow_backfill.engine.rounds.changes import some_key_gained_rows
 
     uri = str(tmp_path / "t")
     _create(spark, uri, deletion_vectors=False)

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from airflow_backfill.engine import driver_jit
-from airflow_backfill.engine.driver_jit import (
+from airflow_backfill.engine.launch import jit as driver_jit
+from airflow_backfill.engine.launch.jit import (
     QUICK_JIT_OPTION,
     PendingChange,
     check_mode,

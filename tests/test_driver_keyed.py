@@ -13,7 +13,7 @@ from airflow_backfill.engine.delta.commits import repeated_key_named
 from airflow_backfill.engine.delta.driver_rows import is_local, local_relation
 from airflow_backfill.engine.joins import apply as join_apply
 from airflow_backfill.engine.joins.driver_keyed import keyed_changes_in_driver
-from airflow_backfill.engine.phases.changes import apply_query
+from airflow_backfill.engine.rounds.changes import apply_query
 
 pytestmark = pytest.mark.spark
 

@@ -23,7 +23,7 @@ from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.planning.round_plan import JOIN_ROUND, RECOMPUTE
-from airflow_backfill.engine.round_planner import (
+from airflow_backfill.engine.rounds.plan_choice import (
     ROUND_COSTS,
     SNAPSHOT_PARALLELISM,
     SNAPSHOT_UPSTREAM_ROWS,

@@ -22,7 +22,7 @@ from join_upstreams import create_all, random_epoch, random_row, sources
 
 import airflow_backfill.engine.aggregates.apply as aggregate_apply
 import airflow_backfill.engine.joins.apply as join_apply
-import airflow_backfill.engine.phases.snapshot as snapshot_module
+import airflow_backfill.engine.snapshot_chunks.run as snapshot_module
 from airflow_backfill.engine.delta.commits import CommitInfo, commit_watermark_only
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward

@@ -15,10 +15,10 @@ from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import write_overrides
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.engine.phases import rounds as rounds_module
-from airflow_backfill.engine.phases import snapshot as snapshot_module
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.snapshot_chunks import run as snapshot_module
 from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches

@@ -30,7 +30,7 @@ from airflow_backfill.engine.control import (
 from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.engine.phases.snapshot_progress import load_progress
+from airflow_backfill.engine.snapshot_chunks.progress import load_progress
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob, load_job
 from airflow_backfill.overrides import validate_overrides

@@ -16,8 +16,8 @@ from airflow_backfill.engine.control import write_overrides
 from airflow_backfill.engine.phases import rounds as rounds_module
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.engine.phases.snapshot_progress import load_progress
 from airflow_backfill.engine.rate_limit import pace
+from airflow_backfill.engine.snapshot_chunks.progress import load_progress
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_mv_matches

@@ -13,13 +13,14 @@ from aggregate_upstream import apply_epoch, create, random_ops
 from deltalake import DeltaTable
 from helpers_delta import append_orders, cycle_write_ways, mv_commits, round_plans
 
-from airflow_backfill.engine import job_state, round_planner
+from airflow_backfill.engine import job_state
 from airflow_backfill.engine.aggregates import apply as aggregate_apply
 from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.planning.round_plan import Rates
-from airflow_backfill.engine.round_planner import ROUND_COSTS
+from airflow_backfill.engine.rounds import plan_choice
+from airflow_backfill.engine.rounds.plan_choice import ROUND_COSTS
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
@@ -232,7 +233,7 @@ def test_updates_over_the_whole_mv_recompute_before_their_feed_is_read(spark, ta
     create_orders_table(source, rows=300, seed=31)
     job = orders_job(tables)
     run_snapshot(spark, job)
-    monkeypatch.setattr(round_planner, "rates_at", lambda parallelism: Rates(per_scanned_row=0.1))
+    monkeypatch.setattr(plan_choice, "rates_at", lambda parallelism: Rates(per_scanned_row=0.1))
     feeds: list = []
     read_feed = apply.feed_in_driver
     monkeypatch.setattr(apply, "feed_in_driver",

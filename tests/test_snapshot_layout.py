@@ -14,17 +14,17 @@ import pytest
 from deltalake import write_deltalake
 from join_upstreams import create_all, random_row, sources
 
-from airflow_backfill.engine.phases import snapshot as snapshot_module
-from airflow_backfill.engine.phases import snapshot_chunks
 from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.engine.phases.snapshot_chunks import (
+from airflow_backfill.engine.snapshot_chunks import plan as snapshot_chunks
+from airflow_backfill.engine.snapshot_chunks import run as snapshot_module
+from airflow_backfill.engine.snapshot_chunks.plan import (
     KEY_ORDER,
     PATH_ORDER,
     DataFile,
     default_chunk_bytes,
     file_order,
 )
-from airflow_backfill.engine.phases.snapshot_progress import PROGRESS_FILE, load_progress
+from airflow_backfill.engine.snapshot_chunks.progress import PROGRESS_FILE, load_progress
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.spark_jobs import snapshot as snapshot_command
 from oracle import assert_mv_matches

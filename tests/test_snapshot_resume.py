@@ -15,7 +15,8 @@ from deltalake import DeltaTable, write_deltalake
 from airflow_backfill.engine.delta.log import read_watermark
 from airflow_backfill.engine.phases import snapshot as snapshot_module
 from airflow_backfill.engine.phases.snapshot import run_snapshot
-from airflow_backfill.engine.phases.snapshot_progress import load_progress
+from airflow_backfill.engine.snapshot_chunks import run as chunk_run
+from airflow_backfill.engine.snapshot_chunks.progress import load_progress
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.job import BackfillJob
@@ -49,7 +50,7 @@ def crash_at(monkeypatch, point: str) -> None:
         if at == point:
             raise Killed(at)
 
-    monkeypatch.setattr(snapshot_module, "maybe_crash", fake_crash)
+    monkeypatch.setattr(chunk_run, "maybe_crash", fake_crash)
 
 
 def test_rerun_after_a_crash_redoes_only_the_chunks_in_flight(spark, tables, monkeypatch):
@@ -141,7 +142,7 @@ def test_duplicate_primary_key_is_refused_before_anything_is_written(
     def no_chunk(*args, **kwargs):
         raise AssertionError("a chunk was written before the key was proved")
 
-    monkeypatch.setattr(snapshot_module, "_run_chunk", no_chunk)
+    monkeypatch.setattr(chunk_run, "run_chunk", no_chunk)
     with pytest.raises(UpstreamError, match="not unique in the upstream: " + reason):
         run_snapshot(spark, job, chunk_bytes=1)
     assert not os.path.isdir(os.path.join(tables["target"], "_delta_log"))

@@ -16,7 +16,7 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 from airflow_backfill.cli import main
 from airflow_backfill.engine.control import write_overrides
 from airflow_backfill.engine.job_state import state_dir
-from airflow_backfill.engine.phases.snapshot_progress import (
+from airflow_backfill.engine.snapshot_chunks.progress import (
     PROGRESS_FILE,
     DoneChunk,
     SnapshotProgress,

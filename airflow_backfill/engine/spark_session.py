@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
-from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS, archive_launch
+from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.storage.spark_s3 import configure_s3a_from_environment
@@ -129,7 +129,7 @@ def _submitted_conf() -> SparkConf:
 def _launched_on_archive(builder: SparkSession.Builder, submitted: SparkConf) -> Iterator[None]:
     """Start a JVM this process launches itself (the CLI, notebooks, tests; not a phase under
     spark-submit, whose JVM runs already) on the JVM class archive, as the operators start
-    the phases' drivers (engine/jvm_archive.py).
+    the phases' drivers (engine/launch/class_archive.py).
 
     pyspark launches `spark-submit pyspark-shell` with this process's environment, so the
     archive's conf folder and the properties file are set in it for the launch only.

@@ -27,7 +27,7 @@ from airflow_backfill.engine.delta.log import (
     table_exists,
 )
 from airflow_backfill.engine.joins.watermarks import committed_vector, latest_epoch
-from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, load_progress
+from airflow_backfill.engine.snapshot_chunks.progress import SnapshotProgress, load_progress
 
 if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob

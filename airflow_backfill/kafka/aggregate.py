@@ -31,10 +31,10 @@ from airflow_backfill.engine.delta.keyed_writes import write_keyed
 from airflow_backfill.engine.delta.log import METADATA_PREFIX, load_table, table_exists
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.planning import aggregate_sql as sql
-from airflow_backfill.engine.planning.aggregate_query import COUNT_DISTINCT
-from airflow_backfill.engine.planning.query import AGGREGATE, QueryPlan, plan_query
-from airflow_backfill.exceptions import TargetError, UnsupportedQueryError
+from airflow_backfill.engine.planning.query import QueryPlan
+from airflow_backfill.exceptions import TargetError
 from airflow_backfill.kafka.positions import BackfillPosition, backfill_position
+from airflow_backfill.kafka.query import aggregate_plan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -45,21 +45,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PHASE = "kafka_backfill"
-
-
-def aggregate_plan(query: str) -> QueryPlan | None:
-    """The aggregate plan of a Kafka MV's query, None for a per-record query; refuses what
-    an append-only aggregate cannot maintain."""
-    plan = plan_query(query, ())
-    if plan.kind != AGGREGATE:
-        return None
-    assert plan.aggregate is not None
-    if any(call.function == COUNT_DISTINCT for call in plan.aggregate.calls):
-        raise UnsupportedQueryError(
-            "COUNT(DISTINCT ...) is not supported over a Kafka topic: it would read every earlier record of "
-            "a group again. Use COUNT, SUM, AVG, MIN or MAX, or aggregate a per-record MV with a second job."
-        )
-    return plan
 
 
 @dataclass(frozen=True)

@@ -6,27 +6,24 @@ with a message that names the field and the fix, before anything touches Kafka o
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import normalize_table_uri, validate_parallelism, validate_rate_limit
-from airflow_backfill.kafka.connection import BOOTSTRAP
+from airflow_backfill.kafka.topic import NAME, RECORD_COLUMNS, KafkaTopic
+
+__all__ = ["RECORD_COLUMNS", "KafkaTopic"]
 
 START_EARLIEST = "earliest"
 """Read each partition from offset 0; offsets already deleted by retention are an error."""
 START_EARLIEST_AVAILABLE = "earliest_available"
 """Read each partition from the oldest offset Kafka still holds (records lost to retention are skipped)."""
 _STARTS = (START_EARLIEST, START_EARLIEST_AVAILABLE)
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-RECORD_COLUMNS = ("key", "_partition", "_offset", "_timestamp")
-"""Columns every decoded record has besides the fields of its value."""
 
 
 def _name(field: str, value: Any) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not NAME.match(value):
         raise BackfillConfigError(
             f"{field} must start with a letter and use letters, digits, '_', '.', '-' (got {value!r})."
         )
@@ -37,47 +34,6 @@ def _positive(field: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise BackfillConfigError(f"{field} must be a positive integer, got {value!r}.")
     return value
-
-
-@dataclass(frozen=True)
-class KafkaTopic:
-    """A Kafka topic whose record values are JSON objects of a declared schema."""
-
-    bootstrap_servers: str | None
-    """`host:port[,host:port...]` of the brokers, for brokers reached without a connection."""
-    topic: str
-    """The topic's name."""
-    value_schema: str
-    """The value's fields as a Spark DDL string, e.g. `order_id BIGINT, amount DOUBLE`."""
-    kafka_conn_id: str | None = None
-    """An Airflow connection of the `kafka` type (brokers and client settings, SASL/SSL
-    secrets included, in its extra); instead of `bootstrap_servers`."""
-
-    def __post_init__(self) -> None:
-        if (self.bootstrap_servers is None) == (self.kafka_conn_id is None):
-            raise BackfillConfigError(
-                "name the brokers with either bootstrap_servers ('host:port') or kafka_conn_id (an Airflow "
-                f"connection of the kafka type), not {'both' if self.kafka_conn_id else 'neither'}."
-            )
-        if self.kafka_conn_id is not None and (not isinstance(self.kafka_conn_id, str) or not _NAME.match(
-                self.kafka_conn_id)):
-            raise BackfillConfigError(f"kafka_conn_id must be an Airflow connection id, got {self.kafka_conn_id!r}.")
-        if self.bootstrap_servers is not None and (
-                not isinstance(self.bootstrap_servers, str) or not BOOTSTRAP.match(self.bootstrap_servers)):
-            raise BackfillConfigError(
-                f"bootstrap_servers must be 'host:port' (comma-separated for several), got {self.bootstrap_servers!r}."
-            )
-        if not isinstance(self.topic, str) or not _TOPIC.match(self.topic):
-            raise BackfillConfigError(f"topic must be a Kafka topic name (letters, digits, '._-'), got {self.topic!r}.")
-        if not isinstance(self.value_schema, str) or not self.value_schema.strip():
-            raise BackfillConfigError(
-                "value_schema must declare the value's JSON fields as Spark DDL, e.g. 'order_id BIGINT, amount DOUBLE'."
-            )
-        clashes = [name for name in RECORD_COLUMNS if re.search(rf"(^|,)\s*`?{name}`?\s", self.value_schema)]
-        if clashes:
-            raise BackfillConfigError(
-                f"value_schema declares {', '.join(clashes)}, which every record already has; rename the field."
-            )
 
 
 @dataclass(frozen=True)
@@ -167,7 +123,7 @@ def validate_kafka_query(query: Any) -> str:
         raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
     # Imported here, not at module level: DAG files import this module, and parsing a
     # DAG must not pay for the query parser.
-    from airflow_backfill.kafka.aggregate import aggregate_plan
+    from airflow_backfill.kafka.query import aggregate_plan
 
     aggregate_plan(query)
     return query

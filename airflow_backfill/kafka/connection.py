@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.kafka.topic import BOOTSTRAP
 
 if TYPE_CHECKING:
-    from airflow_backfill.kafka.config import KafkaTopic
+    from airflow_backfill.kafka.topic import KafkaTopic
 
 ENVIRONMENT = "AIRFLOW_BACKFILL_KAFKA_SETTINGS"
 """The variable the operators give spark-submit: the connection's settings as JSON."""
 CONNECTION_TYPE = "kafka"
-BOOTSTRAP = re.compile(r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _MECHANISMS = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_backfill.exceptions import UpstreamError
-from airflow_backfill.kafka.config import KafkaTopic
+from airflow_backfill.kafka.topic import KafkaTopic
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

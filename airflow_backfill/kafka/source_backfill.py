@@ -24,7 +24,7 @@ from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.kafka import split_state
-from airflow_backfill.kafka.aggregate import aggregate_plan, commit_aggregate_round, recover_state_ahead
+from airflow_backfill.kafka.aggregate import commit_aggregate_round, recover_state_ahead
 from airflow_backfill.kafka.config import START_EARLIEST_AVAILABLE, KafkaBackfillJob
 from airflow_backfill.kafka.connection import broker_settings
 from airflow_backfill.kafka.delta_write import append_commit
@@ -40,6 +40,7 @@ from airflow_backfill.kafka.positions import (
     backfill_position,
     source_position,
 )
+from airflow_backfill.kafka.query import aggregate_plan
 from airflow_backfill.kafka.records import decode_error, first_undecodable, read_records
 from airflow_backfill.kafka.split_state import BACKFILLING, FINISHED, SOURCE_CACHING_UP, SplitState
 from airflow_backfill.kafka.status import waiting_report

@@ -1,6 +1,6 @@
 """Start a catch-up's driver JVM with the quick JIT compiler when its change is small.
 
-See airflow_backfill/engine/driver_jit.py for why and the measured figures. The choice is
+See airflow_backfill/engine/launch/jit.py for why and the measured figures. The choice is
 made in the task before spark-submit, from the upstreams' logs (no Spark), and goes into
 `spark.driver.defaultJavaOptions`; the user's own JIT options in either driver option
 always win.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_backfill.engine.driver_jit import (
+from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS
+from airflow_backfill.engine.launch.jit import (
     AUTO,
     DRIVER_DEFAULT_JAVA_OPTIONS,
     FULL,
@@ -19,7 +20,6 @@ from airflow_backfill.engine.driver_jit import (
     sets_own_jit,
     with_quick_jit,
 )
-from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS
 from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 

@@ -1,6 +1,6 @@
 """Start a phase's driver JVM on the class-data-sharing archive, when there is one.
 
-See airflow_backfill/engine/jvm_archive.py: the driver gets the archive's empty conf
+See airflow_backfill/engine/launch/class_archive.py: the driver gets the archive's empty conf
 folder, the settings file of the usual one as `--properties-file`, and the archive in its
 Java options. A driver started on the cluster (deploy mode `cluster`) cannot see the
 archive file and starts as before.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_backfill.engine.jvm_archive import DRIVER_JAVA_OPTIONS, archive_launch
+from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.hooks.spark_connection import driver_deploy_mode
 
 

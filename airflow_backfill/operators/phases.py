@@ -21,7 +21,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset, XComArg
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
-from airflow_backfill.engine.driver_jit import AUTO, check_mode
+from airflow_backfill.engine.launch.jit import AUTO, check_mode
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.delta import DeltaBackfillHook, job_source
 from airflow_backfill.hooks.spark_connection import spark_master

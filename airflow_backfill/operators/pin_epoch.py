@@ -58,8 +58,8 @@ class PinEpochOperator(SerializesJob, BaseBranchOperator):
     def choose_branch(self, context: Any) -> list[str]:
         # sqlglot and delta-rs load when the task runs, not when the DAG file is parsed.
         from airflow_backfill.engine.delta.retention import margin_warnings, retention_warnings
-        from airflow_backfill.engine.phases.snapshot_progress import load_progress
         from airflow_backfill.engine.planning.query import plan_query
+        from airflow_backfill.engine.snapshot_chunks.progress import load_progress
 
         dag_run = context.get("dag_run")
         overrides = group_overrides(getattr(dag_run, "conf", None) or {}, self.conf_key)

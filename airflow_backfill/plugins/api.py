@@ -22,13 +22,8 @@ from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, RedirectResponse
 
-from airflow_backfill.engine.control import (
-    AlterResult,
-    BackfillSettings,
-    apply_alter,
-    read_overrides,
-    validate_override_rate_limit,
-)
+from airflow_backfill.engine.alter import AlterResult, apply_alter
+from airflow_backfill.engine.control import BackfillSettings, read_overrides, validate_override_rate_limit
 from airflow_backfill.engine.lag_history import CommitTimes, lag_history
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
 from airflow_backfill.job import BackfillJob, validate_parallelism

@@ -14,7 +14,7 @@ from conftest import context_with
 from deltalake import CommitProperties, Transaction, write_deltalake
 from trigger_events import first_event
 
-from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, save_progress
+from airflow_backfill.engine.snapshot_chunks.progress import SnapshotProgress, save_progress
 from airflow_backfill.engine.status import format_status, job_status
 from airflow_backfill.exceptions import UnsupportedQueryError
 from airflow_backfill.hooks.delta import DeltaBackfillHook

@@ -239,7 +239,7 @@ def test_s3_credentials_reach_spark_submit_only_through_its_environment(job, sub
 
 
 def test_a_phase_driver_starts_on_the_jvm_archive_when_one_is_built(job, submitted, monkeypatch, tmp_path):
-    from airflow_backfill.engine.jvm_archive import fingerprint
+    from airflow_backfill.engine.launch.class_archive import fingerprint
 
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
@@ -268,7 +268,7 @@ def test_a_phase_driver_starts_without_an_archive_when_none_is_built(job, submit
 def no_archive(monkeypatch):
     """Driver options without the JVM class archive's, whether or not the install built one;
     the upstream judged by the change's share, as a large one would be."""
-    from airflow_backfill.engine import driver_jit
+    from airflow_backfill.engine.launch import jit as driver_jit
 
     monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", "off")
     monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", 0)

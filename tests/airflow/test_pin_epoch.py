@@ -10,7 +10,7 @@ from conftest import commit_upstream_versions, context_with
 from deltalake import write_deltalake
 from helpers_delta import write_mv_version
 
-from airflow_backfill.engine.phases.snapshot_progress import SnapshotProgress, save_progress
+from airflow_backfill.engine.snapshot_chunks.progress import SnapshotProgress, save_progress
 from airflow_backfill.exceptions import BackfillConfigError, UnsupportedQueryError, UpstreamError
 from airflow_backfill.operators.pin_epoch import PinEpochOperator
 

@@ -14,7 +14,7 @@ import yaml
 from deltalake import DeltaTable
 from submit_process import spark_submit, submit_env
 
-from airflow_backfill.engine.jvm_archive import archive_launch
+from airflow_backfill.engine.launch.class_archive import archive_launch
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import SnapshotResult, run_snapshot

@@ -45,7 +45,6 @@ from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import signed_rows
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.round_plan import (
     OVERWRITE,
@@ -55,7 +54,8 @@ from airflow_backfill.engine.planning.round_plan import (
     aggregate_round_estimates,
     allowed_mv_ways,
 )
-from airflow_backfill.engine.round_planner import plan_round, rates_at, recompute_first
+from airflow_backfill.engine.rounds.changes import signed_rows
+from airflow_backfill.engine.rounds.plan_choice import plan_round, rates_at, recompute_first
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:

@@ -60,11 +60,16 @@ from airflow_backfill.engine.joins.watermarks import (
     table_vector,
     vector_sum,
 )
-from airflow_backfill.engine.phases.apply import AppliedRange
-from airflow_backfill.engine.phases.changes import SIGN, apply_query
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import JOIN_ROUND, WATERMARK_ONLY, RoundPlan
-from airflow_backfill.engine.round_planner import join_recompute_first, plan_round, rates_at, record_round
+from airflow_backfill.engine.rounds.applied import AppliedRange
+from airflow_backfill.engine.rounds.changes import SIGN, apply_query
+from airflow_backfill.engine.rounds.plan_choice import (
+    join_recompute_first,
+    plan_round,
+    rates_at,
+    record_round,
+)
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:
@@ -233,9 +238,9 @@ def signed_query(flat_query: str) -> str:
     """The flat stateless query with `__sign` carried to its output."""
     from sqlglot import exp
 
-    from airflow_backfill.engine.planning.query import _parse_single_select
+    from airflow_backfill.engine.planning.query import parse_single_select
 
-    select = _parse_single_select(flat_query)
+    select = parse_single_select(flat_query)
     select.set("expressions", [*select.expressions, exp.column(SIGN)])
     return select.sql(dialect="spark")
 

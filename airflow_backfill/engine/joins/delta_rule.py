@@ -42,9 +42,9 @@ from airflow_backfill.engine.joins.relation import (
     upstream_uri,
     walk,
 )
-from airflow_backfill.engine.phases.changes import SIGN, signed_rows
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import LEFT, JoinPlan, flat_column
+from airflow_backfill.engine.rounds.changes import SIGN, signed_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.commits import PRESENT
 from airflow_backfill.engine.delta.driver_rows import local_arrow, local_relation
-from airflow_backfill.engine.phases.changes import SIGN
+from airflow_backfill.engine.rounds.changes import SIGN
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -50,9 +50,9 @@ from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
 from airflow_backfill.engine.joins.relation import Reader, edge, first_hop_columns, walk
-from airflow_backfill.engine.phases.changes import SIGN
 from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, state_value_columns
 from airflow_backfill.engine.planning.join_query import JoinPlan, flat_column, grouped_key, selected_key
+from airflow_backfill.engine.rounds.changes import SIGN
 
 if TYPE_CHECKING:
     import pyarrow as pa

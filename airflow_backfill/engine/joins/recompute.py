@@ -4,7 +4,7 @@ Why: at a small scale a join round costs about twenty small Spark and Delta step
 whatever it changes (its feeds, the walks of each side's changes, the MV's keyed write),
 where computing the join whole is three scans and one write: TPC-H Q3's rounds took
 about twice its snapshot at SF 1 (docs/benchmarks.md). The round planner picks this way
-before any feed is read (`round_planner.join_recompute_first`).
+before any feed is read (`plan_choice.join_recompute_first`).
 
 The join is computed as the snapshot computes it, over every upstream as of its version
 in the vector, in one piece; the MV is overwritten in one commit that records the vector
@@ -25,8 +25,8 @@ from airflow_backfill.engine.delta.commits import PLAN_FIELD, conform, overwrite
 from airflow_backfill.engine.delta.log import rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins.relation import flat_rows, reader, walk
-from airflow_backfill.engine.phases.changes import apply_query, duplicate_key
 from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.rounds.changes import apply_query, duplicate_key
 from airflow_backfill.exceptions import RepeatedKeyError
 
 if TYPE_CHECKING:

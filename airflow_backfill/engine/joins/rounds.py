@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_backfill.engine.control import BackfillSettings
-    from airflow_backfill.engine.phases.apply import AppliedRange
+    from airflow_backfill.engine.rounds.applied import AppliedRange
     from airflow_backfill.job import BackfillJob
 
 

@@ -33,35 +33,35 @@ from airflow_backfill.engine.joins.recompute import repeated_join_key
 from airflow_backfill.engine.joins.relation import chunk_joined, flat_rows, flat_schema, reader
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
 from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, vector_metadata, vector_sum
-from airflow_backfill.engine.phases.changes import apply_query
-from airflow_backfill.engine.phases.snapshot import (
-    PHASE,
-    SnapshotResult,
-    _commit_snapshot,
-    _discard_chunks,
-    _reconcile_with_log,
-    _run_chunks,
-    aggregate_in_one_chunk,
-    discard_uncreated_mv,
-    only_chunk_partials,
-    read_files,
-)
-from airflow_backfill.engine.phases.snapshot_chunks import (
+from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.rounds.changes import apply_query
+from airflow_backfill.engine.rounds.plan_choice import SNAPSHOT_PARALLELISM, SNAPSHOT_UPSTREAM_ROWS
+from airflow_backfill.engine.snapshot_chunks.plan import (
     DEFAULT_JOIN_CHUNK_BYTES,
     Chunk,
     file_order,
     list_data_files,
     plan_chunks,
 )
-from airflow_backfill.engine.phases.snapshot_progress import (
+from airflow_backfill.engine.snapshot_chunks.progress import (
     DoneChunk,
     SnapshotProgress,
     discard_progress,
     load_progress,
     save_progress,
 )
-from airflow_backfill.engine.planning.aggregate_sql import quote
-from airflow_backfill.engine.round_planner import SNAPSHOT_PARALLELISM, SNAPSHOT_UPSTREAM_ROWS
+from airflow_backfill.engine.snapshot_chunks.run import (
+    PHASE,
+    SnapshotResult,
+    aggregate_in_one_chunk,
+    commit_snapshot,
+    discard_chunks,
+    discard_uncreated_mv,
+    only_chunk_partials,
+    read_files,
+    reconcile_with_log,
+    run_chunks,
+)
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError
 from airflow_backfill.storage.files import exists
@@ -114,13 +114,13 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
         chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
     order = file_order(upstream_files)
     if progress is None or progress.chunks_total != len(chunks) or progress.file_order != order:
-        _discard_chunks(job, plan.flat)
+        discard_chunks(job, plan.flat)
         progress = SnapshotProgress(
             epoch=vector_sum(vector), chunks_total=len(chunks), rows_total=sum(c.rows for c in chunks),
             files_total=sum(len(c.files) for c in chunks), bytes_total=sum(c.size for c in chunks),
             file_order=order, epochs=dict(vector),
         )
-    _reconcile_with_log(job, plan.flat, progress, chunks)
+    reconcile_with_log(job, plan.flat, progress, chunks)
     job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING,
                            pinned_epoch=vector_sum(vector), pinned_epochs=vector)
     log.info("snapshot of the join at versions %s: %s chunks of %s (%s already done), %s rows in %s files",
@@ -138,11 +138,11 @@ def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] |
                                            chunk_source(spark, plan, read, info, chunks[0], chunked, bounded=False))
             chunks_run = 1
         else:
-            chunks_run = _run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
+            chunks_run = run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
                                      lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked,
                                                                 bounded=len(chunks) > 1))
         _prove_mv_key(spark, job, plan, vector)
-        rows_out = _commit_snapshot(spark, job, plan.flat, progress, source, output_schema,
+        rows_out = commit_snapshot(spark, job, plan.flat, progress, source, output_schema,
                                     vector_metadata(job, vector), partials=partials)
     seconds = time.monotonic() - started
     measured = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -55,18 +55,9 @@ from airflow_backfill.engine.delta.log import (
     arrow_schema,
     column_names,
     load_table,
-    read_watermark,
     rows_written,
 )
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.changes import (
-    apply_query,
-    count_changes,
-    duplicate_key,
-    mv_changes,
-    net_changes,
-    some_key_gained_rows,
-)
 from airflow_backfill.engine.phases.driver_changes import changes_in_driver
 from airflow_backfill.engine.phases.repeated_keys import (
     held_times,
@@ -77,7 +68,16 @@ from airflow_backfill.engine.phases.repeated_keys import (
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.engine.planning.round_plan import APPEND, RECOMPUTE, RoundPlan, round_estimates
-from airflow_backfill.engine.round_planner import (
+from airflow_backfill.engine.rounds.applied import AppliedRange, current_watermark
+from airflow_backfill.engine.rounds.changes import (
+    apply_query,
+    count_changes,
+    duplicate_key,
+    mv_changes,
+    net_changes,
+    some_key_gained_rows,
+)
+from airflow_backfill.engine.rounds.plan_choice import (
     describe,
     plan_round,
     rates_at,
@@ -85,7 +85,7 @@ from airflow_backfill.engine.round_planner import (
     record_round,
     stateless_facts,
 )
-from airflow_backfill.exceptions import RepeatedKeyError, TargetError
+from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.storage.spark_parquet import read_parquet_files
 
 if TYPE_CHECKING:
@@ -95,35 +95,6 @@ if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AppliedRange:
-    """One MV commit of the upstream epochs (start_watermark, end_version]."""
-
-    start_watermark: int
-    end_version: int
-    change_rows: int
-    mv_rows_changed: int
-    seconds: float
-    plan: str = ""
-    """How the range was written (`planning/round_plan.py`): append, replace, merge,
-    overwrite or recompute; for an aggregate, how its state and MV were."""
-
-    @property
-    def epochs(self) -> int:
-        return self.end_version - self.start_watermark
-
-
-def current_watermark(job: BackfillJob) -> int:
-    """The MV's watermark; an error when the MV was never snapshotted."""
-    watermark = read_watermark(job.target, job.app_id)
-    if watermark is None:
-        raise TargetError(
-            f"the MV {job.target} does not exist yet: run the snapshot phase first "
-            "(spark_jobs/snapshot.py, or the DAG's snapshot task)."
-        )
-    return watermark
 
 
 def apply_epochs(

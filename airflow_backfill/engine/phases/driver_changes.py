@@ -27,8 +27,8 @@ from airflow_backfill.engine.delta.change_feed import (
 )
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, REPEATED_KEY
 from airflow_backfill.engine.delta.driver_rows import is_local, local_relation
-from airflow_backfill.engine.phases.changes import BEFORE, CHANGE_RANK, DELETED, HELD_BEFORE, apply_query
 from airflow_backfill.engine.planning.query import QueryPlan
+from airflow_backfill.engine.rounds.changes import BEFORE, CHANGE_RANK, DELETED, HELD_BEFORE, apply_query
 from airflow_backfill.exceptions import BackfillError
 
 if TYPE_CHECKING:

@@ -31,9 +31,9 @@ from airflow_backfill.engine.delta.key_range import (
 )
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, open_upstream
 from airflow_backfill.engine.delta.ordered_keys import keys_unique_in_order
-from airflow_backfill.engine.phases.changes import duplicate_key
-from airflow_backfill.engine.phases.snapshot_chunks import list_data_files
 from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.rounds.changes import duplicate_key
+from airflow_backfill.engine.snapshot_chunks.plan import list_data_files
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.storage.files import read_parquet_columns
 

@@ -19,8 +19,9 @@ from airflow_backfill.engine.delta.log import (
     latest_version,
     warn_if_rarely_checkpointed,
 )
-from airflow_backfill.engine.phases.apply import AppliedRange, apply_epochs, current_watermark
+from airflow_backfill.engine.phases.apply import apply_epochs
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
+from airflow_backfill.engine.rounds.applied import AppliedRange, current_watermark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

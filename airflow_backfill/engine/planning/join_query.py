@@ -39,7 +39,7 @@ from sqlglot import exp
 from airflow_backfill.engine.planning.query import (
     SOURCE_TABLE,
     QueryPlan,
-    _parse_single_select,
+    parse_single_select,
     plan_query,
 )
 from airflow_backfill.exceptions import UnsupportedQueryError
@@ -144,7 +144,7 @@ def plan_join(query: str, upstreams: Sequence[tuple[str, Sequence[str]]],
 @functools.lru_cache(maxsize=64)
 def _plan_join(query: str, upstreams: tuple[tuple[str, tuple[str, ...]], ...],
                columns: tuple[tuple[str, tuple[str, ...]], ...]) -> JoinPlan:
-    select = _parse_single_select(query)
+    select = parse_single_select(query)
     _refuse_outside_the_join(select)
     keys = dict(upstreams)
     resolver = _Resolver(_aliases(select, [name for name, _ in upstreams]), dict(columns), select)
@@ -561,7 +561,7 @@ def _key_among(plan: JoinPlan, index: int, holders: Mapping[str, T]) -> tuple[T,
 def _selected_outputs(flat_sql: str) -> dict[str, str]:
     """Flat column (lower case) -> the MV column that selects it unchanged."""
     outputs: dict[str, str] = {}
-    for item in _parse_single_select(flat_sql).expressions:
+    for item in parse_single_select(flat_sql).expressions:
         inner = item.this if isinstance(item, exp.Alias) else item
         if isinstance(inner, exp.Column):
             outputs.setdefault(inner.name.lower(), item.alias_or_name)
@@ -569,7 +569,7 @@ def _selected_outputs(flat_sql: str) -> dict[str, str]:
 
 
 def _selected_columns(flat_sql: str) -> set[str]:
-    select = _parse_single_select(flat_sql)
+    select = parse_single_select(flat_sql)
     return {
         (item.this if isinstance(item, exp.Alias) else item).name.lower()
         for item in select.expressions if isinstance(item.this if isinstance(item, exp.Alias) else item, exp.Column)

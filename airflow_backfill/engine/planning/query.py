@@ -68,7 +68,7 @@ class QueryPlan:
 def referenced_columns(query: str) -> frozenset[str] | None:
     """Lower-cased names of the upstream columns the query reads (as a column, or as the
     struct a field is read from); None when it selects `*`, which reads them all."""
-    select = _parse_single_select(query)
+    select = parse_single_select(query)
     if any(isinstance(node, exp.Star) for node in select.walk()):
         return None
     return frozenset(part.name.lower() for column in select.find_all(exp.Column) for part in column.parts)
@@ -84,7 +84,7 @@ def plan_query(query: str, primary_key: tuple[str, ...]) -> QueryPlan:
 
     Cached (the plan is immutable): every phase and round of a job plans the same query.
     """
-    select = _parse_single_select(query)
+    select = parse_single_select(query)
     _refuse_unsupported_constructs(select)
     if is_aggregate(select):
         aggregate = analyse_aggregate(select)
@@ -95,7 +95,7 @@ def plan_query(query: str, primary_key: tuple[str, ...]) -> QueryPlan:
                      filters_rows=select.args.get("where") is not None)
 
 
-def _parse_single_select(query: str) -> exp.Select:
+def parse_single_select(query: str) -> exp.Select:
     try:
         statements = [s for s in sqlglot.parse(query, read="spark") if s is not None]
     except ParseError as error:

@@ -13,8 +13,13 @@ from pathlib import Path
 import pytest
 
 from airflow_backfill import cli
-from airflow_backfill.engine import jvm_archive
-from airflow_backfill.engine.jvm_archive import ArchiveLaunch, archive_launch, build_archive, fingerprint
+from airflow_backfill.engine.launch import class_archive as jvm_archive
+from airflow_backfill.engine.launch.class_archive import (
+    ArchiveLaunch,
+    archive_launch,
+    build_archive,
+    fingerprint,
+)
 from airflow_backfill.exceptions import BackfillConfigError
 
 

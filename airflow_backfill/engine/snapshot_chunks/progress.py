@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from airflow_backfill.engine.job_state import state_dir
-from airflow_backfill.engine.phases.snapshot_chunks import PATH_ORDER
+from airflow_backfill.engine.snapshot_chunks.plan import PATH_ORDER
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 

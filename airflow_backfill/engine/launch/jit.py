@@ -75,7 +75,7 @@ def pending_change(upstreams: Mapping[str, str], watermarks: Mapping[str, int] |
     before the snapshot (no watermark)."""
     from airflow_backfill.engine.delta.key_range import table_rows
     from airflow_backfill.engine.delta.log import latest_version
-    from airflow_backfill.engine.round_planner import estimated_change_rows
+    from airflow_backfill.engine.rounds.plan_choice import estimated_change_rows
 
     if watermarks is None:
         return None
