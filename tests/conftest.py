@@ -142,3 +142,4 @@ def restore_root_logging():
 
 
 from kafka_fixtures import kafka_broker, kafka_simulator  # noqa: E402,F401  (Kafka tests' fixtures)
+

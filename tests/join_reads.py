@@ -7,12 +7,13 @@ def spark_reads_only(monkeypatch) -> None:
     """Make rounds read the feeds and the other tables' rows through Spark alone, and keep
     their keyed changes there, as they do for tables the driver does not read (too large,
     deletion vectors) and changes too many to hold."""
-    from airflow_backfill.engine.delta import driver_rows
+    from size_overrides import set_sizes
+
     from airflow_backfill.engine.joins import delta_rule, relation
 
     monkeypatch.setattr(delta_rule, "feed_in_driver", lambda *args, **kwargs: None)
     monkeypatch.setattr(relation.Reader, "lookup", lambda *args, **kwargs: None)
-    monkeypatch.setattr(driver_rows, "DRIVER_ROWS", 0)
+    set_sizes(monkeypatch, driver_rows=0)
 
 
 def driver_lookups(monkeypatch) -> list[str]:

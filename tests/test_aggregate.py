@@ -12,12 +12,12 @@ import pytest
 from aggregate_upstream import SCHEMA, Upstream, apply_epoch, create
 from deltalake import DeltaTable, write_deltalake
 from helpers_delta import mv_commits
+from size_overrides import set_sizes
 
 from airflow_backfill.engine.aggregates import apply as aggregate_apply
 from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
 from airflow_backfill.engine.aggregates.snapshot import partials_uri
 from airflow_backfill.engine.aggregates.state import state_uri
-from airflow_backfill.engine.delta import driver_rows, keyed_writes
 from airflow_backfill.engine.delta.log import CHECKPOINT_INTERVAL_PROPERTY, last_commit_metadata
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
@@ -68,9 +68,7 @@ def state_rows(job: BackfillJob) -> list[dict]:
                          ids=["touched groups in the driver", "kept in Spark", "feed from listed files",
                               "feed from Spark's reader"])
 def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows, feed):
-    monkeypatch.setattr(driver_rows, "DRIVER_ROWS", held_rows)
-    for module in (driver_rows, aggregate_apply, keyed_writes):  # `held_whole` reads driver_rows'
-        monkeypatch.setattr(module, "HELD_TABLE_ROWS", held_rows)
+    set_sizes(monkeypatch, driver_rows=held_rows, held_table_rows=held_rows)
     if feed != "driver":  # a feed too large for the driver, read from the files its log lists or by Delta
         monkeypatch.setattr(aggregate_apply, "feed_in_driver", lambda *args, **kwargs: None)
     if feed == "spark":

@@ -12,6 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 from helpers_delta import append_orders, delete_orders, largest_order, mv_commits, round_plans
+from size_overrides import set_sizes
 
 from airflow_backfill.engine.delta.appends import appended_prefix
 from airflow_backfill.engine.delta.change_feed import read_change_feed
@@ -112,7 +113,7 @@ def test_an_append_that_repeats_a_key_is_refused_before_anything_is_committed(sp
     source = tables["source"]
     job, top = snapshotted_mv(spark, tables, rows=60, seed=5)
     if checked_by == "spark":  # more appended rows than the driver reads
-        monkeypatch.setattr(repeated_keys, "DRIVER_KEY_CHECK_ROWS", 0)
+        set_sizes(monkeypatch, key_check_rows=0)
     append_orders(source, [top + 1, top + 2])
     append_orders(source, [top + 3, top + 1])  # an upstream whose key is not unique, across two files
 

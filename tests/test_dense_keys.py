@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 from helpers_delta import parquet_parts
+from size_overrides import set_sizes
 
-from airflow_backfill.engine.delta import dense_keys
 from airflow_backfill.engine.delta.dense_keys import fits, keys_unique_in_range
+from airflow_backfill.engine.sizes import sizes
 
 
 def test_keys_held_once_in_any_order_are_proved(tmp_path):
@@ -33,8 +34,8 @@ def test_no_proof_when_some_key_may_repeat_or_cannot_be_placed(tmp_path, tables)
 
 def test_ranges_beyond_the_bitmap_limit_and_other_types_give_no_proof(tmp_path, monkeypatch):
     paths = parquet_parts(tmp_path, {"k": [1, 2], "s": ["a", "b"]})
-    assert fits([(1, 2)]) and not fits([(0, dense_keys.MAX_BITS)])
-    monkeypatch.setattr(dense_keys, "MAX_BITS", 3)
+    assert fits([(1, 2)]) and not fits([(0, sizes().key_bitmap_bits)])
+    set_sizes(monkeypatch, key_bitmap_bits=3)
     assert not keys_unique_in_range(paths, ["k"], [(1, 4)])
     assert keys_unique_in_range(paths, ["k"], [(1, 3)])
     assert not keys_unique_in_range(paths, ["s"], [(0, 1)])  # not an integer column

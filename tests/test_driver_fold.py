@@ -59,9 +59,9 @@ def test_arrow_fold_equals_spark_fold_with_nulls_new_and_emptied_groups(spark):
     aggregate = _aggregate()
     state = _state(spark, aggregate, UPSTREAM)
     _changes(spark, SIGNED)
-    by_arrow = touched_in_driver(spark, aggregate, apply._CHANGES, state, None)
+    by_arrow = touched_in_driver(spark, aggregate, apply._CHANGES, state, None, frozenset())
     assert by_arrow is not None and is_local(by_arrow)
-    by_spark = apply._touched_by_spark(spark, aggregate, state, None)
+    by_spark = apply._touched_by_spark(spark, aggregate, state, None, frozenset())
     assert by_arrow.schema == by_spark.schema
     assert _sorted(by_arrow) == _sorted(by_spark)
     assert {row[0] for row in by_arrow.collect()} == {1, 2, 3}
@@ -72,9 +72,9 @@ def test_leaving_groups_are_subtracted_as_spark_subtracts_them(spark):
     state = _state(spark, aggregate, UPSTREAM)
     _changes(spark, [(1, Decimal("2.25"), 4, 0.1, 1), (7, Decimal("3.00"), 1, 0.0, 1)])
     leaving = _held(spark, state.filter("__g0 IN (2, 5)"))
-    by_arrow = touched_in_driver(spark, aggregate, apply._CHANGES, state, leaving)
+    by_arrow = touched_in_driver(spark, aggregate, apply._CHANGES, state, leaving, frozenset())
     assert by_arrow is not None
-    by_spark = apply._touched_by_spark(spark, aggregate, state, leaving)
+    by_spark = apply._touched_by_spark(spark, aggregate, state, leaving, frozenset())
     assert _sorted(by_arrow) == _sorted(by_spark)
     assert {row["__g0"]: row[sql.ROWS] for row in by_arrow.collect()} == {1: 1, 2: -1, 5: -1, 7: 1}
 
@@ -93,7 +93,7 @@ def test_what_arrow_would_not_fold_exactly_is_left_to_spark(spark, query, signed
         _held(spark, rows).createOrReplaceTempView(apply._CHANGES)
     else:
         _changes(spark, signed)
-    assert touched_in_driver(spark, aggregate, apply._CHANGES, state, None) is None
+    assert touched_in_driver(spark, aggregate, apply._CHANGES, state, None, frozenset()) is None
 
 
 def test_changes_spark_computes_are_left_to_spark(spark):
@@ -102,6 +102,6 @@ def test_changes_spark_computes_are_left_to_spark(spark):
     cached = spark.createDataFrame(SIGNED, CHANGES).cache()
     cached.createOrReplaceTempView(apply._CHANGES)
     try:
-        assert touched_in_driver(spark, aggregate, apply._CHANGES, state, None) is None
+        assert touched_in_driver(spark, aggregate, apply._CHANGES, state, None, frozenset()) is None
     finally:
         cached.unpersist()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from size_overrides import set_sizes
 
-from airflow_backfill.engine.launch import jit as driver_jit
 from airflow_backfill.engine.launch.jit import (
     QUICK_JIT_OPTION,
     PendingChange,
@@ -31,7 +31,7 @@ def append_orders(uri: str, first: int, count: int) -> None:
 @pytest.fixture(autouse=True)
 def by_share_alone(monkeypatch):
     """Judge these small tables by the change's share, as a large upstream would be."""
-    monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", 0)
+    set_sizes(monkeypatch, small_upstream_rows=0)
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_any_change_of_a_small_upstream_is_small(upstream, monkeypatch):
     append_orders(upstream, BASE_ROWS, BASE_ROWS // 10)
     change = pending_change({"source": upstream}, {"source": 0})
     assert not quick_jit_suits(change)
-    monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", BASE_ROWS + BASE_ROWS // 10)
+    set_sizes(monkeypatch, small_upstream_rows=BASE_ROWS + BASE_ROWS // 10)
     assert quick_jit_suits(change)
 
 
@@ -74,7 +74,7 @@ def test_nothing_pending_is_a_small_change(upstream):
 def test_before_the_snapshot_or_past_many_epochs_the_change_is_not_known(upstream, monkeypatch):
     assert pending_change({"source": upstream}, None) is None
     assert not quick_jit_suits(None)
-    monkeypatch.setattr(driver_jit, "MAX_EPOCHS_READ", 1)
+    set_sizes(monkeypatch, jit_epochs_read=1)
     append_orders(upstream, BASE_ROWS, 1)
     append_orders(upstream, BASE_ROWS + 1, 1)
     change = pending_change({"source": upstream}, {"source": 0})

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, WriterProperties, write_deltalake
+from size_overrides import set_sizes
 
-from airflow_backfill.engine.delta import driver_lookup
 from airflow_backfill.engine.delta.driver_lookup import lookup_rows
 from airflow_backfill.storage import files
 
@@ -104,9 +104,9 @@ def test_no_answer_where_spark_must_read(table, tmp_path, monkeypatch):
     write_deltalake(vectors, pa.table({"k": [1, 2]}), configuration={"delta.enableDeletionVectors": "true"})
     assert lookup_rows(vectors, 0, ["k"], ["k"], pa.table({"k": [1]})) is None  # its files may hide rows
     assert lookup_rows(table, 2, ["k", "missing"], ["k"], keys) is None
-    for limit, value in (("LOOKUP_KEYS", 1), ("LOOKUP_ROWS", 3), ("SCAN_ROWS", 19)):
+    for limit, value in (("lookup_keys", 1), ("lookup_rows", 3), ("scan_rows", 19)):
         with monkeypatch.context() as patched:
-            patched.setattr(driver_lookup, limit, value)
+            set_sizes(patched, **{limit: value})
             assert _looked_up(table, 2, keys, ["k"]) is None, limit
-    monkeypatch.setattr(driver_lookup, "SCAN_ROWS", 20)  # one file of 20 rows: within the limit
+    set_sizes(monkeypatch, scan_rows=20)  # one file of 20 rows: within the limit
     assert _looked_up(table, 2, pa.table({"k": [3]}), ["k"]) == _expected(table, 2, "k", [3])

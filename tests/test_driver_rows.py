@@ -8,6 +8,7 @@ import datetime
 from decimal import Decimal
 
 import pytest
+from size_overrides import set_sizes
 from spark_job_count import jobs_started
 
 from airflow_backfill.engine.delta.commits import PRESENT
@@ -22,7 +23,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_relation,
     select_columns,
 )
-from airflow_backfill.engine.delta.key_range import key_range, key_range_of_rows
+from airflow_backfill.engine.delta.key_range import key_range, key_range_of_table
 
 pytestmark = pytest.mark.spark
 
@@ -47,7 +48,7 @@ def test_few_rows_are_held_as_a_local_relation_that_answers_without_a_job(spark)
         assert is_local(narrowed)
         assert narrowed.collect()[0]["d2"] == Decimal("-7.00")
         assert local.filter("k < 0").limit(1).isEmpty()
-        in_driver = key_range_of_rows(local.collect(), "k", PRESENT, "arrived")
+        in_driver = key_range_of_table(local_arrow(local), "k", PRESENT, "arrived")
         assert jobs() == 0
     assert in_driver == key_range(frame, "k", PRESENT, "arrived")
     frame.unpersist()
@@ -63,9 +64,9 @@ def test_more_rows_than_the_limit_stay_in_spark(spark):
 def test_key_ranges_of_driver_rows_match_a_job_over_the_same_rows(spark):
     for rows in ([(3, True, False), (1, None, True), (None, True, None)], [(None, None, False)], []):
         frame = spark.createDataFrame(rows, f"k long, {PRESENT} boolean, arrived boolean")
-        assert key_range_of_rows(frame.collect(), "k", PRESENT, "arrived") == key_range(frame, "k", PRESENT,
-                                                                                        "arrived")
-        assert key_range_of_rows(frame.collect(), "k", PRESENT) == key_range(frame, "k", PRESENT)
+        held = frame.toArrow()
+        assert key_range_of_table(held, "k", PRESENT, "arrived") == key_range(frame, "k", PRESENT, "arrived")
+        assert key_range_of_table(held, "k", PRESENT) == key_range(frame, "k", PRESENT)
 
 
 def test_a_plan_over_a_table_is_refused_without_planning_its_scan(spark, tmp_path):
@@ -180,22 +181,30 @@ def test_held_rows_beyond_the_local_threshold_reach_spark_as_a_scan(spark):
         spark.conf.unset("spark.sql.execution.arrow.localRelationThreshold")
 
 
-def test_many_local_rows_reach_arrow_as_few_do(spark, monkeypatch):
-    from airflow_backfill.engine.delta import driver_rows
+def test_local_rows_reach_arrow_without_a_job_as_instants_whatever_the_process_time_zone(spark, monkeypatch):
+    """Spark's own converter turns a local relation's rows into Arrow in the JVM: timestamps
+    stay the instants they are, nested ones too, under a process time zone that is not UTC
+    (collected as Python objects they became local wall times read as UTC)."""
+    import time
 
     computed = _computed(spark)
-    without_timestamps = computed.drop("at")
-    frame = local_relation(spark, without_timestamps.toArrow(), without_timestamps.schema)
+    source = local_relation(spark, computed.toArrow(), computed.schema)
     computed.unpersist()
-    projected = frame.selectExpr("k", "d * 2 AS d2", "day", "s", PRESENT)
-    with jobs_started(spark) as jobs:
-        few = local_arrow(projected)  # collected as Python rows: no job
-        assert jobs() == 0
-        monkeypatch.setattr(driver_rows, "COLLECT_ROWS", 1)
-        many = local_arrow(projected)  # transferred by Spark as Arrow: a job
-        assert jobs() > 0
-    assert few is not None and many is not None
-    assert many.schema == few.schema and many.to_pylist() == few.to_pylist()
+    projected = source.selectExpr("k", "d * 2 AS d2", "at", "struct(at, day) AS nested", "array(at) AS stamps",
+                                  f"{PRESENT}")
+    expected = projected.toArrow()  # a Spark job: the reference
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        with jobs_started(spark) as jobs:
+            held = local_arrow(projected)
+            assert jobs() == 0
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert held is not None
+    assert held.schema == expected.schema and held.to_pylist() == expected.to_pylist()
+    assert held.column("at").type.tz == "UTC"
 
 
 def test_the_driver_holds_a_table_whole_only_within_its_rows_and_bytes(tmp_path, monkeypatch):
@@ -207,8 +216,8 @@ def test_the_driver_holds_a_table_whole_only_within_its_rows_and_bytes(tmp_path,
     uri = str(tmp_path / "t")
     write_deltalake(uri, pa.table({"k": pa.array(range(1000), pa.int64()), "s": pa.array(["x" * 40] * 1000)}))
     assert driver_rows.held_whole(uri)
-    monkeypatch.setattr(driver_rows, "HELD_TABLE_ROWS", 999)
+    set_sizes(monkeypatch, held_table_rows=999)
     assert not driver_rows.held_whole(uri)
-    monkeypatch.setattr(driver_rows, "HELD_TABLE_ROWS", 1000)
-    monkeypatch.setattr(driver_rows, "HELD_TABLE_BYTES", 100)  # wide rows: the files' bytes bound it first
+    set_sizes(monkeypatch, held_table_rows=1000)
+    set_sizes(monkeypatch, held_table_bytes=100)  # wide rows: the files' bytes bound it first
     assert not driver_rows.held_whole(uri)

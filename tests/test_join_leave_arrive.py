@@ -14,6 +14,7 @@ import pytest
 from helpers_delta import mv_commits
 from join_reads import driver_lookups, spark_reads_only
 from join_upstreams import create_all, random_epoch, sources
+from size_overrides import set_sizes
 
 from airflow_backfill.engine.aggregates import apply as aggregates_apply
 from airflow_backfill.engine.joins import apply as join_apply
@@ -66,7 +67,7 @@ def test_rounds_read_leaving_rows_from_the_mv_and_match_at_every_commit(spark, t
                                    _recorded(monkeypatch, join_apply, "keyed_changes_in_driver"),
                                    _recorded(monkeypatch, leave_arrive, "_holding_held"))
     assert not leave_arrive.pays_off(job)  # tables this small keep the telescoped rule ...
-    monkeypatch.setattr(leave_arrive, "SMALL_JOIN_ROWS", 0)  # ... unless told otherwise
+    set_sizes(monkeypatch, small_join_rows=0)  # ... unless told otherwise
     monkeypatch.setattr(delta_rule, "join_changes", lambda *a, **k: pytest.fail("the telescoped rule ran"))
     run_snapshot(spark, job)
     rng = random.Random(11)

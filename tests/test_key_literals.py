@@ -1,5 +1,5 @@
 """A few keys written out as a SQL condition of literals: exact types only, NULLs only when
-compared null-safely, at most `LITERAL_KEYS` keys."""
+compared null-safely, at most `sizes.literal_keys` keys."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from airflow_backfill.engine.delta.key_literals import LITERAL_KEYS, keys_condition
+from airflow_backfill.engine.delta.key_literals import keys_condition
+from airflow_backfill.engine.sizes import sizes
 
 ID, DAY = StructField("id", LongType()), StructField("day", DateType())
 
@@ -50,8 +51,8 @@ def test_values_without_an_exact_literal_and_too_many_keys_give_none():
                           null_safe=False) is None
     assert keys_condition([(True,)], [ID], null_safe=False) is None  # a bool is no BIGINT
     assert keys_condition([], [ID], null_safe=False) is None
-    assert keys_condition([(k,) for k in range(LITERAL_KEYS + 1)], [ID], null_safe=False) is None
-    assert keys_condition([(k,) for k in range(LITERAL_KEYS)], [ID], null_safe=False) is not None
+    assert keys_condition([(k,) for k in range(sizes().literal_keys + 1)], [ID], null_safe=False) is None
+    assert keys_condition([(k,) for k in range(sizes().literal_keys)], [ID], null_safe=False) is not None
 
 
 def test_a_column_name_with_a_backtick_is_quoted():

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 import pytest
 from deltalake import DeltaTable
+from size_overrides import set_sizes
 
 from airflow_backfill.engine.delta import keyed_writes
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, TABLE_PROPERTIES
@@ -279,10 +280,10 @@ LITERAL_KEY = ("k", "d", "s", "c", "b")
 @pytest.mark.parametrize("found_by", ["literals", "semi-join"])
 def test_a_few_keys_are_found_by_literals_and_leave_what_a_semi_join_leaves(spark, tmp_path, monkeypatch, found_by):
     """A replace and a delete of a few driver-held keys filter the table by the keys written
-    out as literals; with more keys than `LITERAL_KEYS` they join (EXISTS). Rows, feed and watermark are the same either way, NULL key
+    out as literals; with more keys than `sizes.literal_keys` they join (EXISTS). Rows, feed and watermark are the same either way, NULL key
     parts (null-safe) included."""
     if found_by == "semi-join":
-        monkeypatch.setattr(keyed_writes, "LITERAL_KEYS", 0)
+        set_sizes(monkeypatch, literal_keys=0)
     uri = str(tmp_path / "mv")
     day = datetime.date(2024, 2, 29)
     rows = [(k, day + datetime.timedelta(k % 3), f"s{k % 4}", Decimal(k) / 4, k % 2 == 0, f"v{k}") for k in range(12)]
@@ -334,7 +335,7 @@ def test_a_key_of_several_columns_is_matched_on_its_integral_leading_column_firs
     """Spark probes one integral column far faster than several (docs/benchmarks.md), so a
     semi-join by a composite key first joins on its leading column; never where `<=>`
     could match a NULL leading column (a change with one). Rows and feed are the same."""
-    monkeypatch.setattr(keyed_writes, "LITERAL_KEYS", 0)  # the semi-join, not literals
+    set_sizes(monkeypatch, literal_keys=0)  # the semi-join, not literals
     uri = str(tmp_path / "mv")
     table = [(k, n, f"v{k}.{n}") for k in range(1, 6) for n in (1, 2)] + [(None, 1, "null.1"), (None, 2, "null.2")]
     create(spark, uri, table, NARROWED_SCHEMA)
@@ -370,7 +371,7 @@ def test_a_key_of_several_columns_is_matched_on_its_integral_leading_column_firs
 def test_deltas_own_delete_takes_the_narrowed_condition_too(spark, tmp_path, monkeypatch):
     """A table whose checksum lists no files is deleted from by Delta's DELETE, with the
     same two semi-joins."""
-    monkeypatch.setattr(keyed_writes, "LITERAL_KEYS", 0)
+    set_sizes(monkeypatch, literal_keys=0)
     uri = str(tmp_path / "mv")
     threshold = "spark.databricks.delta.allFilesInCrc.thresholdNumFiles"
     kept = spark.conf.get(threshold)

@@ -15,7 +15,7 @@ from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
 from airflow_backfill.engine.delta.listed_files import latest_snapshot, listed_files, read_table
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.delta.transaction_write import APPEND, OVERWRITE, write_with_watermark
-from airflow_backfill.engine.spark_session import LISTED_FILES
+from airflow_backfill.engine.sizes import sizes
 
 pytestmark = pytest.mark.spark
 
@@ -114,7 +114,7 @@ def test_the_engines_sessions_list_the_files_of_tables_beyond_deltas_default(spa
     uri = str(tmp_path / "sixty")
     _create(spark, uri, [(k, str(k)) for k in range(120)], files=60)
     _, snapshot = latest_snapshot(spark, uri)
-    assert listed_files(snapshot).size() == 60 < LISTED_FILES
+    assert listed_files(snapshot).size() == 60 < sizes().listed_files
 
 
 def test_tables_whose_checksum_lists_no_files_and_other_columns_go_through_delta(spark, tmp_path, listed_overwrites):
@@ -123,7 +123,7 @@ def test_tables_whose_checksum_lists_no_files_and_other_columns_go_through_delta
     try:
         _create(spark, many, [(k, str(k)) for k in range(120)], files=60)
     finally:
-        spark.conf.set(_LISTED_THRESHOLD, str(LISTED_FILES))
+        spark.conf.set(_LISTED_THRESHOLD, str(sizes().listed_files))
     _, snapshot = latest_snapshot(spark, many)
     assert listed_files(snapshot) is None
     assert len(read_table(spark, many).collect()) == 120

@@ -11,8 +11,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 from helpers_delta import parquet_parts
+from size_overrides import set_sizes
 
-from airflow_backfill.engine.delta import ordered_keys
 from airflow_backfill.engine.delta.ordered_keys import keys_unique_in_order
 
 
@@ -59,7 +59,7 @@ def test_files_in_several_sorted_runs_are_proved_up_to_the_limit_of_runs(tmp_pat
     """Parts written one after the other into one file: runs of increasing keys, apart."""
     paths = parquet_parts(tmp_path, {"k": [20, 21, 22, 1, 2, 3, 10, 11]}, {"k": [30, 31, 25]}, {"k": [40, 41]})
     assert keys_unique_in_order(paths, ["k"], batch_rows=3)
-    monkeypatch.setattr(ordered_keys, "MAX_RUNS", 4)  # five runs: rows in no useful order
+    set_sizes(monkeypatch, key_runs=4)  # five runs: rows in no useful order
     assert not keys_unique_in_order(paths, ["k"], batch_rows=3)
 
 

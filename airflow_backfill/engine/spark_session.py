@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.engine.delta.arrow_types import TIME_ZONE
 from airflow_backfill.engine.delta.jars import delta_spark_conf
+from airflow_backfill.engine.internals import set_default_time_zone
 from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.storage.spark_s3 import configure_s3a_from_environment
 
@@ -31,11 +34,9 @@ itself, and the engine addresses tables by version only (docs/object_storage.md)
 StringUtils warns at every plan of a join round that its text was truncated, as
 `spark.sql.maxPlanStringLength` below asks."""
 SUBMIT_ARGS_VARIABLE = "PYSPARK_SUBMIT_ARGS"
+EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 DEFAULT_MASTER = "local[*]"
 """The master when neither spark-submit nor the environment sets one (tests, notebooks)."""
-LISTED_FILES = 2_000
-"""The most files of a table whose file list (with each file's statistics, about 1 KiB a
-file) Delta keeps in each commit's checksum and in memory."""
 
 
 def spark_conf_for_parallelism(parallelism: int) -> dict[str, str]:
@@ -78,7 +79,8 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         **delta_spark_conf(),
         **parallelism_conf,
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.session.timeZone": TIME_ZONE,
+        EXECUTOR_JAVA_OPTIONS: _in_utc_options(submitted.get(EXECUTOR_JAVA_OPTIONS, None)),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.showConsoleProgress": "false",
         # Delta rebuilds a table's state (its file list) with a Spark job after each commit;
@@ -92,7 +94,7 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         # overwrites, replaces and deletes from that list without rebuilding the table's state
         # (a one-key delete from a table of 120 files: 0.66 s listed, 1.95 s not). An MV gains
         # files with every round, so it would lose the list before maintenance compacts it.
-        "spark.databricks.delta.allFilesInCrc.thresholdNumFiles": str(LISTED_FILES),
+        "spark.databricks.delta.allFilesInCrc.thresholdNumFiles": str(sizes().listed_files),
         # Adaptive execution renders the whole plan as text each time it re-plans; a join
         # round's plan (cached intermediates nest their own plans) reached hundreds of MiB
         # and exhausted the driver's heap. A truncated string only shortens the SQL UI.
@@ -103,6 +105,7 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     with _launched_on_archive(builder, submitted):
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _in_utc(session)
     _quiet_loggers(session)
     _require_delta(session)
     configure_s3a_from_environment(session)
@@ -154,6 +157,24 @@ def _launched_on_archive(builder: SparkSession.Builder, submitted: SparkConf) ->
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _in_utc_options(options: str | None) -> str:
+    """Java options that start a JVM in UTC (`_in_utc`), added to `options`."""
+    words = shlex.split(options or "")
+    if any(word.startswith("-Duser.timezone=") for word in words):
+        words = [word for word in words if not word.startswith("-Duser.timezone=")]
+    return " ".join([*words, f"-Duser.timezone={TIME_ZONE}"])
+
+
+def _in_utc(session: SparkSession) -> None:
+    """Run the driver JVM in UTC, whatever the host's zone (executors get it at launch,
+    `spark.executor.extraJavaOptions`). Delta 4.4's change-feed reader shifts timestamps
+    before 1900 by the JVM's default zone (its local mean time, 3 min 58 s in New York),
+    where its table reader does not; tests/test_differential.py found it."""
+    before = set_default_time_zone(session, TIME_ZONE)
+    if before != TIME_ZONE:
+        log.info("driver JVM moved from the default time zone %s to %s", before, TIME_ZONE)
 
 
 def _quiet_loggers(session: SparkSession) -> None:

@@ -13,6 +13,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from conftest import context_with
 from deltalake import write_deltalake
 from helpers_delta import write_mv_version
+from size_overrides import set_sizes
 
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob, load_job
@@ -268,10 +269,9 @@ def test_a_phase_driver_starts_without_an_archive_when_none_is_built(job, submit
 def no_archive(monkeypatch):
     """Driver options without the JVM class archive's, whether or not the install built one;
     the upstream judged by the change's share, as a large one would be."""
-    from airflow_backfill.engine.launch import jit as driver_jit
 
     monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", "off")
-    monkeypatch.setattr(driver_jit, "SMALL_UPSTREAM_ROWS", 0)
+    set_sizes(monkeypatch, small_upstream_rows=0)
 
 
 def small_upstream_change(tables: dict[str, str], job: BackfillJob, new_rows: int) -> None:

@@ -22,6 +22,8 @@ the executors:
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -38,7 +40,7 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import HELD_TABLE_ROWS, held_in_driver, held_whole, is_local
+from airflow_backfill.engine.delta.driver_rows import held_in_driver, held_whole, is_local
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
@@ -56,6 +58,7 @@ from airflow_backfill.engine.planning.round_plan import (
 )
 from airflow_backfill.engine.rounds.changes import signed_rows
 from airflow_backfill.engine.rounds.plan_choice import plan_round, rates_at, recompute_first
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.exceptions import TargetError
 
 if TYPE_CHECKING:
@@ -178,7 +181,7 @@ def fold_signed_rows(
         _commit_watermarks_only(spark, job, info)
         return 0, 0, RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no row the query reads")
     touched = touched_groups(spark, job, aggregate, signed, state, upstream, info.epoch, leaving_groups=leaving_groups)
-    held = held_in_driver(touched, HELD_TABLE_ROWS) if small else None  # folded again only if too many
+    held = held_in_driver(touched, sizes().held_table_rows) if small else None  # folded again only if too many
     rows = held if held is not None else touched.cache()
     try:
         return (change_rows,
@@ -309,14 +312,17 @@ def touched_groups(
     """Per group the changes touch: its new state and the MV change it causes (`changes_sql`).
     `leaving_groups` (state rows; counts and sums only) are subtracted as they stand."""
     signed.createOrReplaceTempView(_CHANGES)
-    touched = touched_in_driver(spark, aggregate, _CHANGES, state, leaving_groups) if is_local(signed) else None
+    widened = argument_widening(spark, aggregate, _CHANGES)
+    touched = touched_in_driver(spark, aggregate, _CHANGES, state, leaving_groups, widened) \
+        if is_local(signed) else None
     if touched is None:
-        touched = _touched_by_spark(spark, aggregate, state, leaving_groups)
+        touched = _touched_by_spark(spark, aggregate, state, leaving_groups, widened)
     touched.createOrReplaceTempView(_TOUCHED)
     state_types = [(field.name, field.dataType.simpleString()) for field in state.schema.fields]
     carried = (*_FLAGS, *sql.old_columns(aggregate))
-    new = spark.sql(f"SELECT {', '.join(sql.cast_expressions(state_types, carried))} "
-                    f"FROM ({sql.new_state_sql(aggregate, _TOUCHED)}) s")
+    with exact_decimal_sums(spark):
+        new = spark.sql(f"SELECT {', '.join(sql.cast_expressions(state_types, carried))} "
+                        f"FROM ({sql.new_state_sql(aggregate, _TOUCHED)}) s")
     if aggregate.needs_recompute:
         new = _with_recomputed(spark, job, aggregate, new, end_version, state.schema, carried)
     new.createOrReplaceTempView(_NEW)
@@ -326,10 +332,33 @@ def touched_groups(
     return spark.sql(sql.changes_sql(aggregate, _NEW, types, mv_types))
 
 
+@contextmanager
+def exact_decimal_sums(spark: SparkSession) -> Iterator[None]:
+    """SQL analysed in the block adds decimals in the type SUM gives them. Spark types
+    DECIMAL(38, s) + DECIMAL(38, s) as DECIMAL(38, s - 1) and rounds (its precision-loss
+    rule), where its SUM adds in DECIMAL(38, s): an old state's sum plus a round's delta
+    would lose the last digit. Analysis fixes the types, so the setting is restored once
+    the statement is analysed."""
+    setting = "spark.sql.decimalOperations.allowPrecisionLoss"
+    before = spark.conf.get(setting) or "true"
+    spark.conf.set(setting, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(setting, before)
+
+
+def argument_widening(spark: SparkSession, aggregate: AggregateQuery, changes_view: str) -> frozenset[int]:
+    """The arguments whose removed values a delta negates in BIGINT (`delta_parts`), from
+    the types Spark gives them over the change rows (analysis only, no job)."""
+    rows = spark.sql(sql.row_sql(aggregate, signed=True, relation=changes_view)).schema
+    return sql.narrow_integers([rows[f"__x{j}"].dataType.simpleString() for j in range(len(aggregate.arguments))])
+
+
 def _touched_by_spark(spark: SparkSession, aggregate: AggregateQuery, state: DataFrame,
-                      leaving_groups: DataFrame | None) -> DataFrame:
+                      leaving_groups: DataFrame | None, widened: frozenset[int]) -> DataFrame:
     """`touched_in_driver`'s rows computed by Spark: the delta joined NULL-safe with the old state."""
-    delta = spark.sql(sql.delta_sql(aggregate, _CHANGES))
+    delta = spark.sql(sql.delta_sql(aggregate, _CHANGES, widened))
     keys = sql.key_columns(aggregate)
     if leaving_groups is not None:
         delta = _minus_groups(delta, leaving_groups, keys)

@@ -41,10 +41,11 @@ sum in any order (Arrow's integer sums wrap where Spark's raise)."""
 
 def touched_in_driver(
     spark: SparkSession, aggregate: AggregateQuery, changes_view: str, state: DataFrame,
-    leaving_groups: DataFrame | None,
+    leaving_groups: DataFrame | None, widened: frozenset[int] = frozenset(),
 ) -> DataFrame | None:
     """Per group the signed rows in `changes_view` touch: the delta `delta_sql` gives it
-    (minus the negated state of `leaving_groups`), with the group's old state alongside as
+    (minus the negated state of `leaving_groups`; `widened`: as `delta_parts`), with the
+    group's old state alongside as
     `__old<column>` (NULL for a new group), as a local relation; None when Arrow cannot
     compute it exactly as Spark does, or the rows are not all held by the driver."""
     import pyarrow as pa
@@ -52,10 +53,10 @@ def touched_in_driver(
     old_rows = arrow_of(state)
     if old_rows is None:
         return None
-    delta_schema = spark.sql(sql.delta_sql(aggregate, changes_view)).schema  # analysed only
-    combines = {column: combine for column, _, combine in sql.delta_parts(aggregate)}
+    delta_schema = spark.sql(sql.delta_sql(aggregate, changes_view, widened)).schema  # analysed only
+    combines = {column: combine for column, _, combine in sql.delta_parts(aggregate, widened)}
     sum_types = {name: delta_schema[name].dataType.simpleString() for name, how in combines.items() if how == "sum"}
-    terms = local_arrow(spark.sql(sql.delta_terms_sql(aggregate, changes_view, sum_types)))
+    terms = local_arrow(spark.sql(sql.delta_terms_sql(aggregate, changes_view, sum_types, widened)))
     if terms is None:
         return None
     keys = sql.key_columns(aggregate)
@@ -122,9 +123,9 @@ def _old_state(rows: pa.Table, keys: list[str]) -> pa.Table:
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
-    return to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True)
+    return arrow_schema_of(schema)
 
 
 def _touched_schema(delta: StructType, state: StructType, keys: list[str]) -> StructType:

@@ -71,7 +71,7 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
     Pinned to the state's current version: a round reads the state and then merges into
     it, and a lazily evaluated read must never see its own round's commit. Another set of
     columns means the job's query changed since the MV was built: its state cannot be
-    reused. `held`: a state of at most `HELD_TABLE_ROWS` rows is read by the driver from
+    reused. `held`: a state of at most `sizes.held_table_rows` rows is read by the driver from
     the files its checksum lists into a local relation, so that plans over it (a round's
     fold of few changes) plan no scan of it.
     """

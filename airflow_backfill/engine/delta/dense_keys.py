@@ -6,7 +6,7 @@ key would become two MV rows). Spark proves it by shuffling every key to count i
 keys are integers in a range the files' statistics give (ids, order numbers, line
 numbers), and then a bitmap over that range settles it in one pass over the key columns
 in any row order: a key whose bit is already set is held twice. The files' key columns
-are read one batch at a time, so the driver holds the bitmap (at most `MAX_BITS` bits)
+are read one batch at a time, so the driver holds the bitmap (at most `sizes.key_bitmap_bits` bits)
 and one batch.
 
 A file with a deletion vector still holds the rows it hides, so a key found twice in the
@@ -24,16 +24,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage.files import parquet_batches
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
-
-MAX_BITS = 1 << 30
-"""The largest bitmap, in possible keys (128 MiB): TPC-H's line items at scale factor 10
-need 420 M bits (52 MiB)."""
 
 BATCH_ROWS = 65_536
 """Key rows decoded at a time, by this proof and `ordered_keys` (1 MiB for a key of two
@@ -42,7 +39,7 @@ BATCH_ROWS = 65_536
 
 def fits(ranges: Sequence[tuple[int, int]]) -> bool:
     """Whether keys in these (lowest, highest) ranges, one per key column, fit a bitmap."""
-    return math.prod(high - low + 1 for low, high in ranges) <= MAX_BITS
+    return math.prod(high - low + 1 for low, high in ranges) <= sizes().key_bitmap_bits
 
 
 def keys_unique_in_range(paths: Sequence[str], columns: Sequence[str], ranges: Sequence[tuple[int, int]],

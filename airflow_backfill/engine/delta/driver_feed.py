@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 from airflow_backfill.engine.delta.change_feed import (
     ARRIVING,
     CHANGE_TYPE,
@@ -37,6 +38,7 @@ from airflow_backfill.engine.delta.change_feed import (
 )
 from airflow_backfill.engine.delta.driver_rows import local_relation
 from airflow_backfill.engine.delta.log import commit_actions, load_table, spark_schema
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -46,21 +48,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
-
-FEED_ROWS = 50_000
-"""The most change rows a range read by the driver may hold (about 10 MB of TPC-H line
-items: an RF1 + RF2 pair at SF 1 is 12 k rows); larger ranges are read by Spark."""
-
-
-_MAX_CHANGE_BYTES = 64 << 20
-"""A range whose change files exceed this size is left to Spark before any footer is
-opened: it bounds what the driver reads, whatever the rows' width."""
-
-KEY_ROWS = 5_000_000
-"""The most change rows whose key columns `key_gained_rows` reads (in batches, keeping only
-the keys whose rows do not cancel out: the deleted keys of a range at most)."""
-_MAX_KEY_CHANGE_BYTES = 1 << 30
-
 
 @dataclass(frozen=True)
 class HeldFeed:
@@ -91,13 +78,16 @@ class ChangeFile:
 
 def feed_in_driver(
     spark: SparkSession, source: str, watermark: int, end_version: int, columns: list[str] | None = None,
-    *, limit: int = FEED_ROWS,
+    *, limit: int | None = None,
 ) -> HeldFeed | None:
     """The change rows of versions (watermark, end_version] (the upstream's `columns`, all
     when None), or None when the range is not small and simple (see the module's text):
     then the caller reads it with Spark. The range is checked as Spark's reader is checked
-    first (`check_range_readable`): its log entries and change files must exist."""
+    first (`check_range_readable`): its log entries and change files must exist. `limit`:
+    the most change rows (default `sizes.feed_rows`)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    limit = sizes().feed_rows if limit is None else limit
 
     check_range_readable(source, watermark, end_version)
     upstream = range_schema(source, end_version)
@@ -110,7 +100,7 @@ def feed_in_driver(
     fields = {field.name: field for field in upstream.fields}
     schema = StructType([fields[name] for name in wanted]
                         + [StructField(CHANGE_TYPE, StringType()), StructField(COMMIT_VERSION, LongType())])
-    table = _read(change_files, wanted, schema, spark.conf.get("spark.sql.session.timeZone"))
+    table = _read(change_files, wanted, schema)
     if table is None:
         return None
     frame = local_relation(spark, table, schema)
@@ -126,7 +116,7 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
     """Whether versions (watermark, end_version] leave some `key` with more rows than they
     found it with (its change rows' signs sum above zero), from the change files' key
     columns read by the driver; None when the range is not of the shape the driver reads
-    or holds more than `KEY_ROWS` rows (the caller asks Spark).
+    or holds more than `sizes.key_feed_rows` rows (the caller asks Spark).
 
     The files are read in batches, each summed per key, and only keys whose running sum is
     not zero are kept: an update's pre-image and post-image cancel, so a range of updates
@@ -138,7 +128,7 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
     upstream = range_schema(source, end_version)
     if upstream is None:
         return None
-    change_files = range_files(source, watermark, end_version, KEY_ROWS, max_bytes=_MAX_KEY_CHANGE_BYTES)
+    change_files = range_files(source, watermark, end_version, sizes().key_feed_rows, max_bytes=sizes().key_feed_bytes)
     if change_files is None:
         return None
     fields = {field.name: field for field in upstream.fields}
@@ -179,7 +169,7 @@ class ChangeKeyRange:
 def change_key_range(source: str, watermark: int, end_version: int, column: str) -> ChangeKeyRange | None:
     """`column`'s range over the change rows of versions (watermark, end_version], from the
     statistics in the change files' footers (no rows read); None when a version has no
-    change files, the range has more than `_MAX_RANGE_FILES` of them, or a file has no
+    change files, the range has more than `sizes.range_files` of them, or a file has no
     statistics for the column. What the planner needs before the feed to know which of
     the MV's files a round must read."""
     uris: list[str] = []
@@ -188,7 +178,7 @@ def change_key_range(source: str, watermark: int, end_version: int, column: str)
         if not cdc:
             return None
         uris += [join(source, unquote(change["path"])) for change in cdc]
-        if len(uris) > _MAX_RANGE_FILES:
+        if len(uris) > sizes().range_files:
             return None
     footers = [files.parquet_metadata(uri) for uri in uris]
     bounds = [_column_bounds(footer, column) for footer in footers]
@@ -198,10 +188,6 @@ def change_key_range(source: str, watermark: int, end_version: int, column: str)
     return ChangeKeyRange(min((low for low, _, _ in known if low is not None), default=None),
                           max((high for _, high, _ in known if high is not None), default=None),
                           any(nulls for _, _, nulls in known), sum(footer.num_rows for footer in footers))
-
-
-_MAX_RANGE_FILES = 256
-"""The most change files whose footers `change_key_range` opens."""
 
 
 def _column_bounds(metadata: Any, column: str) -> tuple[Any, Any, bool] | None:
@@ -297,10 +283,11 @@ def range_schema(source: str, end_version: int) -> StructType | None:
 
 
 def range_files(source: str, watermark: int, end_version: int, limit: int,
-                  max_bytes: int = _MAX_CHANGE_BYTES) -> list[ChangeFile] | None:
+                max_bytes: int | None = None) -> list[ChangeFile] | None:
     """The files each version's change rows are read from, or None when a version has a
-    shape left to Spark or the range holds more than `limit` rows or `max_bytes` of
-    change files."""
+    shape left to Spark or the range holds more than `limit` rows or `max_bytes` (default
+    `sizes.feed_bytes`) of change files."""
+    max_bytes = sizes().feed_bytes if max_bytes is None else max_bytes
     found: list[ChangeFile] = []
     change_bytes = 0
     for version in range(watermark + 1, end_version + 1):
@@ -343,16 +330,14 @@ def _parquet_rows(uri: str) -> int:
     return files.parquet_metadata(uri).num_rows
 
 
-def _read(change_files: list[ChangeFile], columns: list[str], schema: StructType,
-          timezone: str | None) -> pa.Table | None:
+def _read(change_files: list[ChangeFile], columns: list[str], schema: StructType) -> pa.Table | None:
     """The files' rows as one Arrow table of `schema`, or None when Arrow cannot carry a
     column's type as Spark expects it."""
     import pyarrow as pa
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_schema
 
     try:
-        target = to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone=timezone)
+        target = arrow_schema_of(schema)
     except (PySparkException, TypeError) as error:
         log.info("change feed left to Spark: Arrow cannot carry its types (%s)", error)
         return None

@@ -24,7 +24,9 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 from airflow_backfill.engine.delta.log import delta_table, spark_schema
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -34,23 +36,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOOKUP_KEYS = 100_000
-"""The most distinct keys a lookup takes (a TPC-H RF1 + RF2 pair at SF 10 has 30 k orders)."""
-
-LOOKUP_ROWS = 500_000
-"""The most matching rows a lookup holds in the driver; beyond it Spark reads them."""
-
-SCAN_ROWS = 20_000_000
-"""The most rows whose key column a lookup reads, after the files' and row groups'
-statistics: a scan beyond it is Spark's, on all cores (20 M integers take about 0.8 s)."""
-
-
 def lookup_rows(uri: str, version: int, columns: Sequence[str], key_columns: Sequence[str],
-                keys: pa.Table, *, timezone: str | None = None) -> tuple[pa.Table, StructType] | None:
+                keys: pa.Table) -> tuple[pa.Table, StructType] | None:
     """The rows of the table at `uri` as of `version` whose `key_columns` equal a row of
     `keys` (same order; NULL never equals), as Arrow of the table's `columns` and their
-    Spark schema (`timezone`: the session's, for timestamps), or None when the driver does
-    not read them (see the module's docstring)."""
+    Spark schema, or None when the driver does not read them (see the module's docstring)."""
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
@@ -58,7 +48,7 @@ def lookup_rows(uri: str, version: int, columns: Sequence[str], key_columns: Seq
     if "deletionVectors" in set(table.protocol().reader_features or []) or table.metadata().partition_columns:
         return None
     keys = keys.drop_null()
-    if keys.num_rows > LOOKUP_KEYS:
+    if keys.num_rows > sizes().lookup_keys:
         return None
     schema = spark_schema(table)
     names = {name.lower(): name for name in schema.names}
@@ -67,8 +57,8 @@ def lookup_rows(uri: str, version: int, columns: Sequence[str], key_columns: Seq
     columns = [names[c.lower()] for c in columns]
     key_columns = [names[c.lower()] for c in key_columns]
     wanted_schema = StructType([next(f for f in schema.fields if f.name == c) for c in columns])
-    target = _arrow_types(wanted_schema, columns, timezone)
-    key_types = _arrow_types(schema, key_columns, timezone)
+    target = _arrow_types(wanted_schema, columns)
+    key_types = _arrow_types(schema, key_columns)
     if target is None or key_types is None or not all(_searchable(f.type) for f in key_types):
         return None
     try:
@@ -89,17 +79,15 @@ def lookup_rows(uri: str, version: int, columns: Sequence[str], key_columns: Seq
     return (pa.concat_tables(rows) if rows else target.empty_table()), wanted_schema
 
 
-def _arrow_types(schema: StructType, columns: Sequence[str], timezone: str | None) -> pa.Schema | None:
+def _arrow_types(schema: StructType, columns: Sequence[str]) -> pa.Schema | None:
     """The Arrow schema Spark's local relation takes for `columns`, or None when Arrow
     cannot carry one of their types."""
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
     fields = {field.name: field for field in schema.fields}
     try:
-        return to_arrow_schema(StructType([fields[c] for c in columns]), error_on_duplicated_field_names_in_struct=True,
-                               timezone=timezone)
+        return arrow_schema_of(StructType([fields[c] for c in columns]))
     except (PySparkException, TypeError):
         return None
 
@@ -122,7 +110,7 @@ def _meets(sorted_keys: list[Any], low: Any, high: Any) -> bool:
 
 def _candidate_files(uri: str, table: Any, column: str, sorted_keys: list[Any]) -> list[str] | None:
     """The data files whose statistics of `column` leave room for some key; None when
-    they hold more than `SCAN_ROWS` rows."""
+    they hold more than `sizes.scan_rows` rows."""
     import pyarrow as pa
 
     actions = pa.table(table.get_add_actions(flatten=True))
@@ -138,9 +126,9 @@ def _candidate_files(uri: str, table: Any, column: str, sorted_keys: list[Any]) 
         except TypeError:  # statistics of another type than the keys
             return None
         counted = rows[n]
-        scanned += SCAN_ROWS + 1 if counted is None else int(counted)  # a file without statistics: not scanned here
-        if scanned > SCAN_ROWS:
-            log.info("lookup in %s left to Spark: more than %s rows to scan", uri, SCAN_ROWS)
+        scanned += sizes().scan_rows + 1 if counted is None else int(counted)  # a file without statistics: not scanned here
+        if scanned > sizes().scan_rows:
+            log.info("lookup in %s left to Spark: more than %s rows to scan", uri, sizes().scan_rows)
             return None
         paths.append(path if "://" in path or path.startswith("/") else join(uri, path))
     return paths
@@ -149,7 +137,7 @@ def _candidate_files(uri: str, table: Any, column: str, sorted_keys: list[Any]) 
 def _matching_rows(paths: list[str], columns: list[str], key_columns: list[str], wanted: pa.Table,
                    first: pa.Array) -> list[pa.Table] | None:
     """The files' rows whose keys are in `wanted`, row group by row group; None beyond
-    `LOOKUP_ROWS`."""
+    `sizes.lookup_rows`."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -182,7 +170,7 @@ def _matching_rows(paths: list[str], columns: list[str], key_columns: list[str],
                     if rows is None:
                         return None
                 held += rows.num_rows
-                if held > LOOKUP_ROWS:
+                if held > sizes().lookup_rows:
                     return None
                 parts.append(rows)
     return parts

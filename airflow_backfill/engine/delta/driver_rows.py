@@ -15,9 +15,20 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.listed_files import listed_rows, scala_items
+from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+from airflow_backfill.engine.delta.listed_files import listed_rows
 from airflow_backfill.engine.delta.log import load_table, spark_schema
+from airflow_backfill.engine.internals import (
+    analyzed_plan,
+    arrow_local_relation_threshold,
+    leaf_kinds,
+    local_relation_rows,
+    local_rows_as_arrow,
+    optimized_plan,
+    plan_kind,
+)
 from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,58 +37,32 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DRIVER_ROWS = 10_000
-"""The most rows a round holds in the driver (a few MB for the narrow rows of an
-aggregate's touched groups); larger results stay where Spark computed them."""
-
-HELD_TABLE_ROWS = 400_000
-"""The most rows of a small table (an aggregate's state, a small MV) whose rounds the
-driver holds whole: the touched groups folded into it, the rows an overwrite of it keeps
-(the driver then writes its one file), a join MV's leaving rows. These then need no scans
-and broadcast joins: TPC-H Q3's rounds at SF 10 (a state of 114 k groups, a stateless MV
-of 302 k rows) took 3.0 s and 2.9 s held against 5.6 s and 5.9 s with a limit of 50,000
-(docs/benchmarks.md)."""
-
-HELD_TABLE_BYTES = 32 * 1024 * 1024
-"""The most bytes of Parquet files of a table the driver holds whole (the 302 k-row MV
-above: 3.4 MB): wide rows reach this before `HELD_TABLE_ROWS`."""
-
-COLLECT_ROWS = 4_000
-"""The most rows of a local relation `local_arrow` collects as Python rows: beyond, Spark's
-Arrow transfer is faster despite its job (12,000 rows of five columns: 0.14 s collected,
-0.09 s transferred; equal at about 4,000)."""
-
-DRIVER_JOIN_ROWS = 1_000_000
-"""The most rows of both sides together that `local_join` joins in the driver with
-Arrow's hash join; larger joins are left to Spark."""
-
-
 def held_in_driver(frame: DataFrame, limit: int | None = None) -> DataFrame | None:
     """`frame`'s rows as a local relation of the same schema (a job collects them), or
-    None when it has more than `limit` (default `DRIVER_ROWS`) rows, or when Spark cannot
+    None when it has more than `limit` (default `sizes.driver_rows`) rows, or when Spark cannot
     hold them locally (Arrow cannot carry a column type, or the rows exceed
     `spark.sql.execution.arrow.localRelationThreshold`). Rows Spark computes from a local
     relation (a projection of it) are collected without a job."""
     table = local_arrow(frame)
     if table is not None:
-        limit = DRIVER_ROWS if limit is None else limit
+        limit = sizes().driver_rows if limit is None else limit
         return None if table.num_rows > limit else local_relation(frame.sparkSession, table, frame.schema)
     table = arrow_rows(frame, limit)
     return None if table is None else local_relation(frame.sparkSession, table, frame.schema)
 
 
 def held_whole(uri: str) -> bool:
-    """Whether the driver may hold the table at `uri` whole: at most `HELD_TABLE_ROWS` rows
-    in at most `HELD_TABLE_BYTES` of files, counted from its log."""
+    """Whether the driver may hold the table at `uri` whole: at most `sizes.held_table_rows` rows
+    in at most `sizes.held_table_bytes` of files, counted from its log."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     actions = pa.table(load_table(uri).get_add_actions(flatten=True))
     if not actions.num_rows:
         return True
-    rows = pc.sum(pc.fill_null(actions.column("num_records"), HELD_TABLE_ROWS + 1)).as_py() \
-        if "num_records" in actions.column_names else HELD_TABLE_ROWS + 1
-    return bool(rows <= HELD_TABLE_ROWS and pc.sum(actions.column("size_bytes")).as_py() <= HELD_TABLE_BYTES)
+    rows = pc.sum(pc.fill_null(actions.column("num_records"), sizes().held_table_rows + 1)).as_py() \
+        if "num_records" in actions.column_names else sizes().held_table_rows + 1
+    return bool(rows <= sizes().held_table_rows and pc.sum(actions.column("size_bytes")).as_py() <= sizes().held_table_bytes)
 
 
 def held_table(spark: SparkSession, uri: str) -> DataFrame | None:
@@ -94,7 +79,7 @@ def held_table(spark: SparkSession, uri: str) -> DataFrame | None:
 
 def held_or_cached(frame: DataFrame, limit: int | None = None) -> DataFrame:
     """`frame`'s rows as a local relation when there are at most `limit` (default
-    `DRIVER_ROWS`), else `frame` cached: either way its rows are computed once (a collect
+    `sizes.driver_rows`), else `frame` cached: either way its rows are computed once (a collect
     that found too many would otherwise be computed again by the next action)."""
     cached = frame.persist()
     try:
@@ -110,14 +95,12 @@ def held_or_cached(frame: DataFrame, limit: int | None = None) -> DataFrame:
 
 def arrow_rows(frame: DataFrame, limit: int | None = None) -> pa.Table | None:
     """`frame`'s rows collected as Arrow (one job), or None when there are more than
-    `limit` (default `DRIVER_ROWS`) or Arrow cannot carry a column type."""
+    `limit` (default `sizes.driver_rows`) or Arrow cannot carry a column type."""
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    limit = DRIVER_ROWS if limit is None else limit
+    limit = sizes().driver_rows if limit is None else limit
     try:
-        to_arrow_schema(frame.schema, error_on_duplicated_field_names_in_struct=True,
-                        timezone=frame.sparkSession.conf.get("spark.sql.session.timeZone"))
+        arrow_schema_of(frame.schema)
     except (PySparkException, TypeError) as error:
         log.info("rows kept in Spark: Arrow cannot carry their types (%s)", error)
         return None
@@ -129,7 +112,7 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     """Arrow rows as a Spark local relation of `schema`; None when Spark would not hold
     them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`).
 
-    Rows of at most `DEFERRED_BYTES` are handed to the JVM only when Spark first needs
+    Rows of at most `sizes.deferred_bytes` are handed to the JVM only when Spark first needs
     them (`deferred_relation.DeferredLocalRelation`): most of a round's local relations
     are read back as Arrow by the next step and never reach Spark."""
     if table.column_names == schema.names and table.nbytes <= _deferred_limit(spark):
@@ -141,23 +124,15 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     local = spark.createDataFrame(table, schema=schema)
     # Spark made a local relation of the rows, or a scan of them beyond its threshold; no
     # need to optimize the plan to tell (optimizing a projection over many rows copies them)
-    if local._jdf.queryExecution().analyzed().getClass().getSimpleName() != "LocalRelation":
+    if plan_kind(analyzed_plan(local)) != "LocalRelation":
         return None
     if table.column_names == schema.names:
         _ARROW_OF[local] = table
     return local
 
 
-DEFERRED_BYTES = 16 * 1024 * 1024
-"""The most bytes of Arrow rows whose local relation is made when Spark first needs it
-(`deferred_relation`), and at most half of Spark's `localRelationThreshold` (48 MB by
-default; its measure, the Arrow stream, is a little larger than the rows'), so that Spark
-then holds them locally as `local_relation` promised."""
-
-
 def _deferred_limit(spark: SparkSession) -> int:
-    threshold = int(spark._jsparkSession.sessionState().conf().arrowLocalRelationThreshold())
-    return min(DEFERRED_BYTES, threshold // 2)
+    return min(sizes().deferred_bytes, arrow_local_relation_threshold(spark) // 2)
 
 
 _ARROW_OF: weakref.WeakKeyDictionary[DataFrame, pa.Table] = weakref.WeakKeyDictionary()
@@ -177,11 +152,9 @@ def is_local(frame: DataFrame) -> bool:
 
     if isinstance(frame, DeferredLocalRelation) and frame.deferred:  # not in the JVM yet
         return True
-    execution = frame._jdf.queryExecution()
-    leaves = scala_items(execution.analyzed().collectLeaves())
-    if any(leaf.getClass().getSimpleName() not in _LOCAL_LEAVES for leaf in leaves):
+    if any(kind not in _LOCAL_LEAVES for kind in leaf_kinds(analyzed_plan(frame))):
         return False
-    return execution.optimizedPlan().getClass().getSimpleName() == "LocalRelation"
+    return plan_kind(optimized_plan(frame)) == "LocalRelation"
 
 
 _LOCAL_LEAVES = frozenset({"LocalRelation", "OneRowRelation"})
@@ -213,29 +186,21 @@ def select_columns(frame: DataFrame, columns: list[str], names: list[str] | None
 
 
 def local_arrow(frame: DataFrame) -> pa.Table | None:
-    """The rows of a local relation as Arrow: without a job (Spark collects a local
-    relation from the driver's rows) up to `COLLECT_ROWS` rows, by Spark's Arrow transfer
-    (a job) beyond; None when `frame` is not local, or holds timestamps (their collected
-    values are local times, Arrow's are instants) or types Arrow cannot carry."""
+    """The rows of a local relation as Arrow, without a Spark job: the rows it was made
+    from (`local_relation`), or Spark's own conversion of its rows in the JVM
+    (`internals.local_rows_as_arrow`), so no value passes through a Python object. None
+    when `frame` is not local, or Arrow cannot carry a column type."""
     import pyarrow as pa
-    from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from py4j.protocol import Py4JJavaError
 
-    if _has_timestamps(frame.schema):
-        return None
     made = arrow_of(frame)
     if made is not None:
         return made
     if not is_local(frame):
         return None
     try:
-        schema = to_arrow_schema(frame.schema, error_on_duplicated_field_names_in_struct=True)
-        if frame._jdf.queryExecution().optimizedPlan().data().size() > COLLECT_ROWS:
-            return frame.toArrow().cast(schema)
-        rows = frame.collect()
-        return pa.table([pa.array([row[n] for row in rows], type=field.type) for n, field in enumerate(schema)],
-                        schema=schema)
-    except (PySparkException, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        return local_rows_as_arrow(frame)
+    except (Py4JJavaError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("rows kept in Spark: %s", error)
         return None
 
@@ -292,16 +257,15 @@ class HeldRows:
     def join(self, other: HeldRows, left_columns: list[str], right_columns: list[str], how: str) -> HeldRows | None:
         """These rows joined with `other` as Spark joins them (`how`: inner, left, left_anti
         or left_semi; NULL never equals), by Arrow's hash join; None when Spark must join
-        them (overlapping column names, more than `DRIVER_JOIN_ROWS` rows, timestamps, a
-        type Arrow does not join)."""
+        them (overlapping column names, more than `sizes.driver_join_rows` rows, a type
+        Arrow does not join)."""
         import pyarrow as pa
         from pyspark.sql.types import StructField, StructType
 
         keeps_right = how in ("inner", "left")
         if keeps_right and set(self.schema.names) & set(other.schema.names):
             return None
-        if self.table.num_rows + other.table.num_rows > DRIVER_JOIN_ROWS or _has_timestamps(self.schema) \
-                or _has_timestamps(other.schema):
+        if self.table.num_rows + other.table.num_rows > sizes().driver_join_rows:
             return None
         right = other.table
         try:
@@ -345,13 +309,7 @@ def distinct_rows(frame: DataFrame, columns: list[str], names: list[str] | None 
 
 def row_count(frame: DataFrame) -> int:
     """`frame`'s rows: counted by the driver when it is local, else by a Spark job."""
-    return len(frame.collect()) if is_local(frame) else frame.count()
-
-
-def _has_timestamps(schema: StructType) -> bool:
-    from pyspark.sql.types import TimestampNTZType, TimestampType
-
-    return any(isinstance(field.dataType, (TimestampType, TimestampNTZType)) for field in schema.fields)
+    return local_relation_rows(frame) if is_local(frame) else frame.count()
 
 
 def _floating(data_type: pa.DataType) -> bool:

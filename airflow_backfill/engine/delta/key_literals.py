@@ -9,7 +9,7 @@ and Delta's `replaceWhere` deletes and appends in one commit without a join.
 
 Only types whose literals are exact in SQL are written out (integers, decimals, dates,
 booleans, strings without quotes or backslashes, which no parser setting can change);
-any other key, or more than `LITERAL_KEYS` keys, keeps the semi-join.
+any other key, or more than `sizes.literal_keys` keys, keeps the semi-join.
 """
 
 from __future__ import annotations
@@ -19,23 +19,20 @@ import decimal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.engine.sizes import sizes
+
 if TYPE_CHECKING:
     from pyspark.sql.types import StructField
-
-LITERAL_KEYS = 100
-"""The most keys written out as literals: beyond, the condition's text (and the commit's
-recorded predicate) grows while the semi-join's fixed cost no longer dominates."""
-
 
 def keys_condition(keys: Sequence[Sequence[Any]], fields: Sequence[StructField], *, null_safe: bool) -> str | None:
     """A condition on the table's key `fields` that holds exactly for rows whose key is one
     of `keys` (compared with `<=>` when `null_safe`, else `=`); None when there are more
-    than `LITERAL_KEYS` keys or none, or a key value has no exact literal.
+    than `sizes.literal_keys` keys or none, or a key value has no exact literal.
 
     Without `null_safe` a key with a NULL part matches no row, and a replace would still
     append its new row, which the condition would then not cover: such keys give None.
     """
-    if not keys or len(keys) > LITERAL_KEYS:
+    if not keys or len(keys) > sizes().literal_keys:
         return None
     terms = []
     for key in dict.fromkeys(tuple(key) for key in keys):
@@ -53,6 +50,14 @@ def keys_condition(keys: Sequence[Sequence[Any]], fields: Sequence[StructField],
             parts.append(f"{column} = {literal}")
         terms.append("(" + " AND ".join(parts) + ")")
     return " OR ".join(terms)
+
+
+def literal_types(fields: Sequence[StructField]) -> bool:
+    """Whether every field is of a type `keys_condition` may write literals of."""
+    from pyspark.sql.types import BooleanType, DateType, DecimalType, IntegralType, StringType
+
+    return all(isinstance(field.dataType, (BooleanType, DateType, DecimalType, IntegralType, StringType))
+               for field in fields)
 
 
 def _literal(value: Any, field: StructField) -> str | None:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from airflow_backfill.engine.delta.log import delta_table, load_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Row
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType
 
 _BOUNDABLE_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType", "DateType")
@@ -69,14 +69,16 @@ def boundable(data_type: DataType) -> bool:
 
 
 def key_range(changes: DataFrame, column: str, present: str, flag: str | None = None) -> KeyRange:
-    """The range of `column` over `changes`, the count of rows with `present` set and, with
-    `flag`, of rows whose `flag` is true (one job)."""
+    """The range of `column` over `changes` (when its type is `boundable`: only those bounds
+    are ever used), the count of rows with `present` set and, with `flag`, of rows whose
+    `flag` is true (one job)."""
     from pyspark.sql import functions as F
 
     key = F.col(f"`{column}`")
+    bounded = boundable(changes.schema[column].dataType)
     flagged = F.count(F.when(F.col(f"`{flag}`"), 1)) if flag is not None else F.lit(0)
     row = changes.agg(
-        F.min(key).alias("low"), F.max(key).alias("high"),
+        (F.min(key) if bounded else F.lit(None)).alias("low"), (F.max(key) if bounded else F.lit(None)).alias("high"),
         F.count(F.when(key.isNull(), 1)).alias("nulls"),
         F.count(F.col(f"`{present}`")).alias("present"), F.count(F.lit(1)).alias("rows"), flagged.alias("flagged"),
     ).collect()[0]
@@ -84,13 +86,18 @@ def key_range(changes: DataFrame, column: str, present: str, flag: str | None = 
                     int(row["flagged"]))
 
 
-def key_range_of_rows(rows: Sequence[Row], column: str, present: str, flag: str | None = None) -> KeyRange:
-    """`key_range` of rows the driver holds (`driver_rows`), computed here without a job."""
-    keys = [row[column] for row in rows]
-    values = [key for key in keys if key is not None]
-    return KeyRange(column, min(values, default=None), max(values, default=None), len(values) < len(keys),
-                    sum(row[present] is not None for row in rows), len(rows),
-                    sum(bool(row[flag]) for row in rows) if flag is not None else 0)
+def key_range_of_table(rows: pa.Table, column: str, present: str, flag: str | None = None) -> KeyRange:
+    """`key_range` of rows the driver holds as Arrow (`driver_rows`), computed here without a job."""
+    keys = rows.column(column)
+    bounds = pc.min_max(keys).as_py() if _arrow_boundable(keys.type) else {"min": None, "max": None}
+    flagged = int(pc.sum(pc.fill_null(rows.column(flag), False).cast(pa.int64())).as_py() or 0) if flag else 0
+    return KeyRange(column, bounds["min"], bounds["max"], keys.null_count > 0,
+                    rows.num_rows - rows.column(present).null_count, rows.num_rows, flagged)
+
+
+def _arrow_boundable(data_type: pa.DataType) -> bool:
+    """The Arrow types of `boundable` Spark types: integers and dates."""
+    return pa.types.is_integer(data_type) or pa.types.is_date32(data_type)
 
 
 def table_rows(uri: str, version: int | None = None) -> int:

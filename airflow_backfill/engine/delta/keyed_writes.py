@@ -43,21 +43,20 @@ from airflow_backfill.engine.delta.commits import (
     replace_matching,
 )
 from airflow_backfill.engine.delta.driver_rows import (
-    HELD_TABLE_ROWS,
     arrow_rows,
     held_whole,
-    is_local,
     local_arrow,
     local_relation,
 )
-from airflow_backfill.engine.delta.key_literals import LITERAL_KEYS, keys_condition
+from airflow_backfill.engine.delta.key_literals import keys_condition, literal_types
+from airflow_backfill.engine.delta.key_lookup import comparable_key, contains
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
     KeyRange,
     all_above,
     boundable,
     key_range,
-    key_range_of_rows,
+    key_range_of_table,
     rows_in_range,
     table_key_max,
 )
@@ -76,6 +75,7 @@ from airflow_backfill.engine.planning.round_plan import (
     allowed_mv_ways,
     write_estimates,
 )
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
@@ -84,13 +84,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructField, StructType
 
 log = logging.getLogger(__name__)
-
-
-ONE_FILE_ROWS = 100_000
-"""Tables of up to this many rows are overwritten into one file by one task: the tasks
-of a union of small relations cost more than their rows (the state and MV overwrites
-of TPC-H Q3 at SF 1, 11.6 k rows each: 0.66 s in four files each, 0.55 s in one), and
-the next round reads one file."""
 
 
 @dataclass(frozen=True)
@@ -133,8 +126,9 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     frame = conform(changes, target)
     leading = next(f for f in target.fields if f.name.lower() == key[0].lower())
     flag = ARRIVED if ARRIVED in frame.columns else None
-    if is_local(frame):  # changes the driver holds: their range costs no job
-        changed = key_range_of_rows(frame.collect(), leading.name, PRESENT, flag)
+    held = local_arrow(frame)  # changes the driver holds: their range costs no job
+    if held is not None:
+        changed = key_range_of_table(held, leading.name, PRESENT, flag)
     else:
         frame = frame.persist()
         changed = key_range(frame, leading.name, PRESENT, flag)
@@ -213,11 +207,15 @@ def _merge(spark: SparkSession, prepared: PreparedChanges, *, app_id: str, versi
 def _keys_as_literals(prepared: PreparedChanges) -> str | None:
     """The changed keys as a condition of literals, when the driver holds a few of them
     (`key_literals`): no job to read them, and no semi-join to find their rows."""
-    if (prepared.changed.rows or 0) > LITERAL_KEYS or not is_local(prepared.frame):
+    if (prepared.changed.rows or 0) > sizes().literal_keys:
         return None
     fields = {field.name.lower(): field for field in prepared.frame.schema.fields}
-    keys = [tuple(row) for row in prepared.frame.select(*(quote(k) for k in prepared.key)).collect()]  # no job
-    return keys_condition(keys, [fields[k.lower()] for k in prepared.key], null_safe=prepared.null_safe)
+    key_fields = [fields[k.lower()] for k in prepared.key]
+    held = local_arrow(prepared.frame) if literal_types(key_fields) else None  # no job
+    if held is None:
+        return None
+    keys = list(zip(*(held.column(field.name).to_pylist() for field in key_fields), strict=True))
+    return keys_condition(keys, key_fields, null_safe=prepared.null_safe)
 
 
 def _bound_sql(prepared: PreparedChanges, qualifier: str = "") -> str | None:
@@ -234,14 +232,14 @@ def _rows_after(spark: SparkSession, prepared: PreparedChanges, kept_rows: pa.Ta
                 new_rows: DataFrame) -> DataFrame:
     """The whole table after the changes: its rows of unchanged keys (read at the version
     the changes were prepared against; `kept_rows`: those rows when the driver holds them)
-    and the new rows; in one partition, so one file, when they are few (`ONE_FILE_ROWS`)."""
+    and the new rows; in one partition, so one file, when they are few (`sizes.one_file_rows`)."""
     current = read_table(spark, prepared.uri, prepared.table_version)
     kept = None if kept_rows is None else local_relation(spark, kept_rows, current.schema)
     if kept is None:
         kept = current.alias(TARGET).join(prepared.frame.select(*prepared.key).alias(CHANGES),
                                           on=_same_key(prepared, TARGET, CHANGES), how="left_anti")
     after = kept.unionByName(new_rows)
-    return after.coalesce(1) if prepared.facts.rows + prepared.changed.present_rows <= ONE_FILE_ROWS else after
+    return after.coalesce(1) if prepared.facts.rows + prepared.changed.present_rows <= sizes().one_file_rows else after
 
 
 def _rows_after_in_driver(kept: pa.Table, new_rows: DataFrame, prepared: PreparedChanges) -> pa.Table | None:
@@ -249,13 +247,14 @@ def _rows_after_in_driver(kept: pa.Table, new_rows: DataFrame, prepared: Prepare
     the driver holds the new rows too (the driver then writes the table's one file);
     None otherwise."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
     arriving = local_arrow(new_rows)
     if arriving is None:
         return None
     try:
-        target = to_arrow_schema(prepared.schema)
+        target = arrow_schema_of(prepared.schema)
         return pa.concat_tables([part.select(target.names).cast(target) for part in (kept, arriving)])
     except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("new rows of %s written by Spark: %s", prepared.uri, error)
@@ -266,36 +265,34 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges) -> pa.Table 
     """The table's rows of unchanged keys, as Arrow, when the changes are held by the
     driver and the table is small (an aggregate's state or MV): the write then needs no
     broadcast anti-join over a scan, a few tenths of a second a table. None otherwise,
-    or for key types whose Python values compare otherwise than Spark's (floating point:
-    NaN; timestamps: time zones)."""
+    or for key types Arrow compares otherwise than Spark (`comparable_key`: floating
+    point, nested)."""
     import pyarrow as pa
-    from pyspark.sql.types import BooleanType, DateType, DecimalType, IntegralType, StringType
+    import pyarrow.compute as pc
 
-    if not is_local(prepared.frame) or not held_whole(prepared.uri):
+    if not held_whole(prepared.uri):
         return None
-    names = {field.name.lower(): field for field in prepared.schema.fields}
-    key_fields = [names[column.lower()] for column in prepared.key]
-    if not all(isinstance(field.dataType, (BooleanType, DateType, DecimalType, IntegralType, StringType))
-               for field in key_fields):
+    changes = local_arrow(prepared.frame)  # no job
+    if changes is None:
+        return None
+    names = {field.name.lower(): field.name for field in prepared.schema.fields}
+    key_names = [names[column.lower()] for column in prepared.key]
+    if not all(comparable_key(changes.schema.field(name).type) for name in key_names):
         return None
     table = listed_rows(spark, prepared.uri, prepared.table_version, prepared.schema)
     if table is None:
-        table = arrow_rows(read_table(spark, prepared.uri, prepared.table_version), HELD_TABLE_ROWS)
+        table = arrow_rows(read_table(spark, prepared.uri, prepared.table_version), sizes().held_table_rows)
     if table is None:
         return None
-    changed_rows = [tuple(row) for row in prepared.frame.select(*prepared.key).collect()]  # no job
-    key_names = [field.name for field in key_fields]
-    if not any(None in key for key in changed_rows) and not any(table.column(n).null_count for n in key_names):
-        changed_keys = pa.table([pa.array([key[i] for key in changed_rows], table.schema.field(n).type)
-                                 for i, n in enumerate(key_names)], names=key_names)
-        try:  # Arrow's anti-join: no NULL key on either side, so `=` and `<=>` agree
-            return table.join(changed_keys, keys=key_names, join_type="left anti").select(table.column_names)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-            log.info("kept rows of %s found key by key: %s", prepared.uri, error)
-    changed = {key for key in changed_rows if prepared.null_safe or None not in key}  # `=` never matches NULL
-    old_keys = zip(*(table.column(name).to_pylist() for name in key_names), strict=True)
-    kept = pa.array([key not in changed for key in old_keys], pa.bool_())  # typed: an empty table too
-    return table.filter(kept)
+    try:
+        changed = contains(table, key_names, changes, key_names)  # `<=>`
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("kept rows of %s left to Spark: %s", prepared.uri, error)
+        return None
+    if not prepared.null_safe:  # `=`: a table row with a NULL key part matches no change
+        for name in key_names:
+            changed = pc.and_(changed, pc.is_valid(table.column(name)))
+    return table.filter(pc.invert(changed))
 
 
 def _same_key(prepared: PreparedChanges, left: str, right: str) -> Any:
@@ -322,11 +319,13 @@ def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> 
         return
     if prepared.table_max is not None:
         arrived = arrived.filter(leading.isNull() | (leading <= F.lit(prepared.table_max).cast(prepared.leading.dataType)))
-    bounds = arrived.agg(F.min(leading), F.max(leading), F.count(F.lit(1))).first()
+    bounded = boundable(prepared.leading.dataType)
+    low, high = (F.min(leading), F.max(leading)) if bounded else (F.lit(None), F.lit(None))
+    bounds = arrived.agg(low, high, F.count(F.lit(1))).first()
     if bounds is None or not bounds[2]:
         return
     table = read_table(spark, prepared.uri, prepared.table_version)
-    if bounds[0] is not None and boundable(prepared.leading.dataType) and not prepared.changed.has_nulls:
+    if bounds[0] is not None and bounded and not prepared.changed.has_nulls:
         table = table.filter(leading.between(bounds[0], bounds[1]))
     held = table.select(*(F.col(quote(k)) for k in prepared.key)).alias(TARGET).join(
         arrived.alias(CHANGES), on=_same_key(prepared, TARGET, CHANGES), how="left_semi")

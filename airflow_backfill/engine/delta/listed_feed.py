@@ -24,6 +24,7 @@ from airflow_backfill.engine.delta.change_feed import (
 )
 from airflow_backfill.engine.delta.driver_feed import range_files, range_schema
 from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.spark_parquet import read_parquet_files
 
@@ -32,12 +33,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
-
-LISTED_FEED_ROWS = 20_000_000
-"""The most change rows a range read this way may hold: the footers of its change files
-are opened by the driver to count them, a few milliseconds a file."""
-
-_LISTED_FEED_BYTES = 4 << 30
 
 _INSERT = "insert"
 """The change type of an appended file's rows, as Delta's reader gives it."""
@@ -74,8 +69,8 @@ def listed_feed(spark: SparkSession, source: str, watermark: int, end_version: i
     if set(load_table(source).protocol().reader_features or []) & _READER_FEATURES_LEFT_TO_DELTA:
         return None
     upstream = range_schema(source, end_version)
-    found = None if upstream is None else range_files(source, watermark, end_version, LISTED_FEED_ROWS,
-                                                      max_bytes=_LISTED_FEED_BYTES)
+    found = None if upstream is None else range_files(source, watermark, end_version, sizes().listed_feed_rows,
+                                                      max_bytes=sizes().listed_feed_bytes)
     if upstream is None or found is None:
         return None
     fields = {field.name: field for field in upstream.fields}

@@ -6,7 +6,7 @@ table of four rows; docs/benchmarks.md). An aggregate's round reads and overwrit
 such tables (its state and its MV), each at a version the previous round just made.
 But Delta also writes every version's whole file list into the version's checksum file
 (`.crc`, `VersionChecksum.allFiles`) while the table has fewer files than a threshold
-(50 by default; the engine's sessions raise it to `spark_session.LISTED_FILES`), computed
+(50 by default; the engine's sessions raise it to `sizes.listed_files`), computed
 at commit time from the previous list and the commit's actions, and it keeps the list
 of the version it just committed in memory. Delta itself reads that list only to
 verify it; this module reads and overwrites from it:
@@ -30,6 +30,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -69,8 +70,9 @@ def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
 
 def listed_files(snapshot: Any) -> Any | None:
     """The snapshot's live files (a Scala `Seq[AddFile]`) as its checksum lists them, or
-    None when it lists none, or when the table is partitioned or maps column names (cases
-    the overwrite in `transaction_write` leaves to Delta's own writer)."""
+    None when it lists none or more than `sizes.listed_files`, or when the table is
+    partitioned or maps column names (cases the overwrite in `transaction_write` leaves to
+    Delta's own writer)."""
     metadata = snapshot.metadata()
     if not metadata.partitionColumns().isEmpty() or metadata.columnMappingMode().name() != "none":
         return None
@@ -78,7 +80,9 @@ def listed_files(snapshot: Any) -> Any | None:
     if not checksum.isDefined():
         return None
     files = checksum.get().allFiles()
-    return files.get() if files.isDefined() else None
+    if not files.isDefined() or files.get().size() > sizes().listed_files:
+        return None
+    return files.get()
 
 
 def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: StructType) -> pa.Table | None:
@@ -88,14 +92,15 @@ def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: Stru
     column, or a type does not convert (then the caller reads through Spark)."""
     import pyarrow as pa
     from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
     _, snapshot = latest_snapshot(spark, uri)
     listed = listed_files(snapshot) if version is None or snapshot.version() == version else None
     if listed is None:
         return None
     try:
-        target = to_arrow_schema(schema, timezone=spark.conf.get("spark.sql.session.timeZone"))
+        target = arrow_schema_of(schema)
     except (PySparkException, TypeError):
         return None
     parts = []

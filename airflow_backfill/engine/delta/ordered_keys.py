@@ -8,12 +8,12 @@ far apart) need no shuffle either when the table was loaded or appended in key o
 (ids that only grow, files written from sorted parts). Read in file order, their rows
 fall into a few runs in which every key is greater than the key before it; when no two
 runs' key spans overlap, no key is held twice. That reads only the key columns, one
-batch at a time, and keeps one span per run (at most `MAX_RUNS`), so the driver's memory
+batch at a time, and keeps one span per run (at most `sizes.key_runs`), so the driver's memory
 does not grow with the table.
 
 A file with a deletion vector still holds the rows it hides, so a proof over the files'
 rows holds for the table's live rows too. Anything else gives no proof, and the caller
-proves the key with Spark: rows in no useful order (more than `MAX_RUNS` runs), a NULL
+proves the key with Spark: rows in no useful order (more than `sizes.key_runs` runs), a NULL
 key part, spans that overlap, a column the files name otherwise (column mapping, a
 partition column), or a type whose order Arrow and Python might not agree on (only
 integers, decimals, dates and strings are compared; strings by code point, which is
@@ -28,16 +28,13 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from airflow_backfill.engine.delta.dense_keys import BATCH_ROWS
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage.files import parquet_batches
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
-
-MAX_RUNS = 10_000
-"""Runs of increasing keys kept at most (a few MiB of spans); more means the rows are in
-no useful order."""
 
 Key = tuple[Any, ...]
 Span = tuple[Key, Key]
@@ -46,7 +43,7 @@ Span = tuple[Key, Key]
 
 def keys_unique_in_order(paths: Sequence[str], columns: Sequence[str], batch_rows: int = BATCH_ROWS) -> bool:
     """True when the rows of the Parquet files at `paths`, read in order, prove the key
-    `columns` unique: they fall into at most `MAX_RUNS` runs of strictly increasing keys
+    `columns` unique: they fall into at most `sizes.key_runs` runs of strictly increasing keys
     whose spans do not overlap. False means no proof (not that a key repeats). Files are
     best given in key order: a run whose span overlaps the run before it ends the
     reading early."""
@@ -87,8 +84,8 @@ class _Runs:
         if any(key.null_count for key in keys):
             raise _NoProof(f"{path} holds a NULL key part")
         breaks = _breaks(keys)  # row i + 1 does not follow row i
-        if len(self.spans) + len(breaks) > MAX_RUNS:
-            raise _NoProof(f"the rows fall into more than {MAX_RUNS} runs of increasing keys")
+        if len(self.spans) + len(breaks) > sizes().key_runs:
+            raise _NoProof(f"the rows fall into more than {sizes().key_runs} runs of increasing keys")
         head = _key(keys, 0)
         if self._last is not None and not head > self._last:
             self._close()
@@ -103,8 +100,8 @@ class _Runs:
     def _close(self) -> None:
         if self._first is None or self._last is None:
             return
-        if len(self.spans) >= MAX_RUNS:
-            raise _NoProof(f"the rows fall into more than {MAX_RUNS} runs of increasing keys")
+        if len(self.spans) >= sizes().key_runs:
+            raise _NoProof(f"the rows fall into more than {sizes().key_runs} runs of increasing keys")
         span = (self._first, self._last)
         if self.spans and self.spans[-1][0] <= span[0] <= self.spans[-1][1]:
             raise _NoProof("the key spans of two runs overlap")

@@ -202,8 +202,9 @@ def _rows_fit(rows: pa.Table, snapshot: Any) -> bool:
     maps to, with no NULL in a non-nullable column, and only types `driver_file` describes,
     in a table without CHECK constraints, generated or identity columns or column mapping
     (Spark's writer checks, casts and maps anything else)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
     configuration = snapshot.metadata().configuration()
     mapping = configuration.get("delta.columnMapping.mode")
@@ -215,7 +216,7 @@ def _rows_fit(rows: pa.Table, snapshot: Any) -> bool:
         return False
     table = StructType.fromJson(json.loads(schema_json))
     try:
-        expected = to_arrow_schema(table)
+        expected = arrow_schema_of(table)
     except (TypeError, NotImplementedError):
         return False
     if rows.schema.names != expected.names or rows.schema.types != expected.types or not writable(rows):

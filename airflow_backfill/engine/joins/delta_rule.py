@@ -45,6 +45,7 @@ from airflow_backfill.engine.joins.relation import (
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import LEFT, JoinPlan, flat_column
 from airflow_backfill.engine.rounds.changes import SIGN, signed_rows
+from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,13 +53,6 @@ if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
 _NET, _NOW = "__net", "__now"
-
-JOIN_FEED_ROWS = 250_000
-"""The most change rows of one upstream a join round reads in the driver (`FEED_ROWS` for
-one upstream): a join nets them and joins them there with Arrow, where Spark's reader,
-its cache and its counts cost 1.4 s of a round at TPC-H SF 10 (an RF1 + RF2 pair of
-`lineitem` is 120 k change rows)."""
-
 
 @dataclass
 class JoinChanges:
@@ -119,7 +113,7 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
 
     table = plan.tables[index]
     uri = upstream_uri(job, table.name)
-    held = feed_in_driver(spark, uri, old, new, list(table.columns), limit=JOIN_FEED_ROWS)
+    held = feed_in_driver(spark, uri, old, new, list(table.columns), limit=sizes().join_feed_rows)
     columns = plan.flat_columns(index)
     local = None if held is None else _netted_in_driver(spark, held, list(table.columns), columns)
     if local is not None:  # Spark's plan below is not even built (a few hundred py4j calls)
@@ -131,7 +125,7 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
         .groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).cast("int").alias(SIGN))
         .filter(F.col(SIGN) != 0)
     )
-    local = None if held is None else held_in_driver(netted, JOIN_FEED_ROWS)
+    local = None if held is None else held_in_driver(netted, sizes().join_feed_rows)
     return local if local is not None else netted.cache()
 
 

@@ -46,13 +46,14 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_relation,
     select_columns,
 )
-from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.key_range import boundable, table_rows
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
 from airflow_backfill.engine.joins.relation import Reader, edge, first_hop_columns, walk
 from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, state_value_columns
 from airflow_backfill.engine.planning.join_query import JoinPlan, flat_column, grouped_key, selected_key
 from airflow_backfill.engine.rounds.changes import SIGN
+from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,22 +64,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-SMALL_JOIN_ROWS = 1_000_000
-"""Upstream rows, all upstreams together, up to which a round keeps the telescoped rule:
-scanning tables that small costs less than the extra steps of this one (its separate
-walks of lost and gained rows and their emptiness checks cost a tiny join about 4 s a
-round; at TPC-H SF 10 this rule saves 3 - 6 s a round, docs/benchmarks.md)."""
-
-
 def applies(plan: JoinPlan) -> bool:
     """A join without LEFT joins (every table in every row)."""
     return len(plan.core()) == len(plan.tables)
 
 
 def pays_off(job: BackfillJob) -> bool:
-    """The upstreams hold more than `SMALL_JOIN_ROWS` rows together (their files'
+    """The upstreams hold more than `sizes.small_join_rows` rows together (their files'
     statistics, read from the logs)."""
-    return sum(table_rows(upstream.table) for upstream in job.upstreams) > SMALL_JOIN_ROWS
+    return sum(table_rows(upstream.table) for upstream in job.upstreams) > sizes().small_join_rows
 
 
 def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Mapping[str, int],
@@ -125,8 +119,9 @@ def _union(terms: list[DataFrame]) -> DataFrame:
     union of local relations is no local relation to Spark, so the fold after it would
     run jobs), else Spark's union."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructField, StructType
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
     if len(terms) == 1:
         return terms[0]
@@ -135,7 +130,7 @@ def _union(terms: list[DataFrame]) -> DataFrame:
         schema = StructType([StructField(field.name, field.dataType, any(t.schema[field.name].nullable for t in terms))
                              for field in terms[0].schema.fields])
         try:
-            target = to_arrow_schema(schema)
+            target = arrow_schema_of(schema)
             rows = pa.concat_tables([part.select(schema.names).cast(target) for part in held if part is not None])
         except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
             log.info("join terms united by Spark: %s", error)
@@ -164,12 +159,12 @@ def _keys_held(plan: JoinPlan, tables: Mapping[int, DataFrame]) -> dict[int, tup
 
 def _sides(plan: JoinPlan, index: int, changes: DataFrame) -> dict[bool, tuple[int, dict[str, tuple[Any, Any]]]]:
     """Per side of table `index`'s netted changes (True: gained rows, False: lost), its rows
-    and the range of each column its walk bounds the next tables by (`first_hop_columns`),
-    in one job (none for changes the driver holds): the walk's first hop then reads no
+    and the range of each column its walk bounds the next tables by (`first_hop_columns`,
+    those of a `boundable` type: the walk bounds by no other), in one job (none for changes the driver holds): the walk's first hop then reads no
     bounds of its own. Sides without rows are left out."""
     from pyspark.sql import functions as F
 
-    columns = first_hop_columns(plan, index)
+    columns = [c for c in first_hop_columns(plan, index) if boundable(changes.schema[c].dataType)]
     rows = arrow_of(changes)
     if rows is not None:  # counted by the driver from its Arrow rows
         return _sides_of_arrow(rows, columns)

@@ -22,7 +22,7 @@ import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.driver_lookup import LOOKUP_KEYS, lookup_rows
+from airflow_backfill.engine.delta.driver_lookup import lookup_rows
 from airflow_backfill.engine.delta.driver_rows import (
     HeldRows,
     arrow_rows,
@@ -37,6 +37,7 @@ from airflow_backfill.engine.delta.key_range import boundable
 from airflow_backfill.engine.delta.log import delta_table, load_table, spark_schema
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import INNER, JoinPlan, flat_column
+from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -88,7 +89,7 @@ class Reader:
         None when the driver does not read it (too many keys or rows, deletion vectors)."""
         table = self._plan.tables[index]
         found = lookup_rows(upstream_uri(self._job, table.name), self._versions[table.name], table.columns, columns,
-                            keys.table, timezone=self._spark.conf.get("spark.sql.session.timeZone"))
+                            keys.table)
         kept = None if found is None else self._kept_held(index, HeldRows(*found))
         if kept is None:
             log.info("rows of %s at the round's keys left to Spark", table.name)
@@ -251,11 +252,11 @@ def _branch(plan: JoinPlan, came_from: int, here: int, rows: DataFrame, read: Re
 def _lookup_keys(read: Reader, there: int, columns: list[str], keys: DataFrame,
                  key_columns: list[str]) -> HeldRows | None:
     """`Reader.lookup` at keys Spark computed: collected first (one job), unless there are
-    more than `LOOKUP_KEYS` of them."""
+    more than `sizes.lookup_keys` of them."""
     selected = select_columns(keys, key_columns)
     collected = local_arrow(selected)
     if collected is None:
-        collected = arrow_rows(selected, LOOKUP_KEYS)
+        collected = arrow_rows(selected, sizes().lookup_keys)
     return None if collected is None else read.lookup(there, columns, HeldRows(collected, selected.schema))
 
 

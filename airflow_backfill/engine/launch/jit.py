@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.exceptions import BackfillConfigError
 
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
@@ -28,14 +29,6 @@ class archive's), so each `--conf` value in the logged spark-submit command stay
 and the command can be pasted into a shell."""
 AUTO, QUICK, FULL = "auto", "quick", "full"
 DRIVER_JIT_MODES = (AUTO, QUICK, FULL)
-SMALL_CHANGE_SHARE = 0.01
-"""A pending change of at most this share of the upstream's rows is a small catch-up."""
-SMALL_UPSTREAM_ROWS = 1_000_000
-"""Upstreams of at most this many rows make every catch-up small: even a recompute reads
-them in about a second, so the quick compiler's slower loops cannot cost what it saves
-(and the byte-based estimate overshoots on small files, whose Parquet overhead dominates)."""
-MAX_EPOCHS_READ = 200
-"""More pending epochs than this count as a large change without reading their logs."""
 _USER_JIT_OPTIONS = ("-XX:TieredStopAtLevel", "-XX:-TieredCompilation", "-XX:+TieredCompilation", "-Xint")
 
 
@@ -55,7 +48,7 @@ class PendingChange:
 
     def describe(self) -> str:
         if self.change_rows is None:
-            return f"more than {MAX_EPOCHS_READ} epochs pending"
+            return f"more than {sizes().jit_epochs_read} epochs pending"
         share = self.share or 0.0
         return f"about {self.change_rows} change rows, {share:.2%} of the upstream's {self.upstream_rows} rows"
 
@@ -86,7 +79,7 @@ def pending_change(upstreams: Mapping[str, str], watermarks: Mapping[str, int] |
         rows = table_rows(uri)
         upstream_rows += rows
         pending = latest - watermarks[name]
-        if pending > MAX_EPOCHS_READ:
+        if pending > sizes().jit_epochs_read:
             change_rows = None
         elif pending > 0 and change_rows is not None:
             change_rows += estimated_change_rows(uri, watermarks[name], latest, rows)
@@ -97,10 +90,10 @@ def quick_jit_suits(change: PendingChange | None) -> bool:
     """True when the pending change is known and small, or the upstreams are."""
     if change is None:
         return False
-    if change.upstream_rows <= SMALL_UPSTREAM_ROWS:
+    if change.upstream_rows <= sizes().small_upstream_rows:
         return True
     share = change.share
-    return share is not None and share <= SMALL_CHANGE_SHARE
+    return share is not None and share <= sizes().small_change_share
 
 
 def sets_own_jit(*java_options: str | None) -> bool:

@@ -42,7 +42,7 @@ from airflow_backfill.engine.delta.commits import (
     repeated_key_named,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver, key_gained_rows
-from airflow_backfill.engine.delta.driver_rows import DRIVER_ROWS, held_in_driver
+from airflow_backfill.engine.delta.driver_rows import held_in_driver
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
     PreparedChanges,
@@ -85,6 +85,7 @@ from airflow_backfill.engine.rounds.plan_choice import (
     record_round,
     stateless_facts,
 )
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.storage.spark_parquet import read_parquet_files
 
@@ -267,8 +268,8 @@ def _apply_stateless(
             elif ask_upstream:
                 net = net.cache()
             keyed = mv_changes(spark, net, plan)
-        if in_driver is None and (held is not None or change_rows <= DRIVER_ROWS):  # few keys (at most one per
-            keyed = held_in_driver(keyed, max(change_rows, DRIVER_ROWS)) or keyed  # change row): held by the driver
+        if in_driver is None and (held is not None or change_rows <= sizes().driver_rows):  # few keys (at most one per
+            keyed = held_in_driver(keyed, max(change_rows, sizes().driver_rows)) or keyed  # change row): held by the driver
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
         try:

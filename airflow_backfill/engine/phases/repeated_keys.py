@@ -33,6 +33,7 @@ from airflow_backfill.engine.delta.log import arrow_schema, load_table, open_ups
 from airflow_backfill.engine.delta.ordered_keys import keys_unique_in_order
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.rounds.changes import duplicate_key
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.engine.snapshot_chunks.plan import list_data_files
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.storage.files import read_parquet_columns
@@ -48,10 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DRIVER_KEY_CHECK_ROWS = 200_000
-"""Appended rows whose keys are proved on the driver (two 8-byte keys: about 3 MiB)."""
-
-
 def refuse_repeated_appended_keys(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, appended: AppendedFiles, watermark: int,
     appended_rows: DataFrame,
@@ -63,7 +60,7 @@ def refuse_repeated_appended_keys(
     every upstream row (the keys lie above the MV's), or they lie above the upstream's
     largest key at the watermark (file statistics). Their key columns then prove them, as
     the snapshot proves its rows: read on the driver when the files hold at most
-    `DRIVER_KEY_CHECK_ROWS` rows (a forward epoch's few thousand keys, without a Spark
+    `sizes.key_check_rows` rows (a forward epoch's few thousand keys, without a Spark
     job), else by one small Spark job. Otherwise a query with a WHERE may have left an
     earlier row of the key out of the MV: the upstream is read over the added keys' range.
     """
@@ -72,7 +69,7 @@ def refuse_repeated_appended_keys(
     if plan.filters_rows and not all_above(appended.keys, _largest_key_at(job, appended.keys.column, watermark)):
         refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
         return
-    if appended.keys.present_rows <= DRIVER_KEY_CHECK_ROWS:
+    if appended.keys.present_rows <= sizes().key_check_rows:
         duplicate = _repeated_in_files(appended.paths, _file_columns(job, plan.upstream_key))
     else:
         duplicate = duplicate_key(appended_rows, plan.upstream_key)

@@ -17,7 +17,7 @@ compared with `<=>`, so a NULL key is one group, as in GROUP BY.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -123,12 +123,15 @@ def combine_sql(aggregate: AggregateQuery, partials_view: str) -> str:
     return f"SELECT {keys}, {', '.join(columns)} FROM {partials_view} GROUP BY {keys}"
 
 
-def delta_parts(aggregate: AggregateQuery) -> list[tuple[str, str, str]]:
+def delta_parts(aggregate: AggregateQuery, widened: Collection[int] = ()) -> list[tuple[str, str, str]]:
     """(column, per-row term, how the terms of a group combine: sum, min or max) of each
     column of a range's delta, in table order. The terms read `row_sql(signed=True)`.
 
-    Counts and sums are signed sums. For MIN/MAX the extreme of the added values
-    (`_ins`) and of the removed values (`_del`) tell whether the old extreme survives.
+    Counts and sums are signed sums. A removed value is negated, in BIGINT for the
+    arguments in `widened` (the narrow integers: SUM gives BIGINT, and negating the
+    smallest value of their own type overflows). For MIN/MAX the extreme of the added
+    values (`_ins`) and of the removed values (`_del`) tell whether the old extreme
+    survives.
     """
     parts = [(ROWS, SIGN, "sum")]
     for j in range(len(aggregate.arguments)):
@@ -137,7 +140,8 @@ def delta_parts(aggregate: AggregateQuery) -> list[tuple[str, str, str]]:
         if functions & {COUNT, SUM, AVG}:
             parts.append((f"__n{j}", f"IF({x} IS NULL, 0, {SIGN})", "sum"))
         if functions & {SUM, AVG}:
-            parts.append((f"__s{j}", f"IF({SIGN} > 0, {x}, -{x})", "sum"))
+            value = f"CAST({x} AS BIGINT)" if j in widened else x
+            parts.append((f"__s{j}", f"IF({SIGN} > 0, {value}, -{value})", "sum"))
         for function in (MIN, MAX):
             if function in functions:
                 parts.append((f"__{function}{j}_ins", f"IF({SIGN} > 0, {x}, NULL)", function))
@@ -145,24 +149,33 @@ def delta_parts(aggregate: AggregateQuery) -> list[tuple[str, str, str]]:
     return parts
 
 
-def delta_sql(aggregate: AggregateQuery, changes_view: str) -> str:
-    """Per group touched by the signed change rows in `changes_view`: what the changes add."""
-    columns = [f"{combine.upper()}({term}) AS {column}" for column, term, combine in delta_parts(aggregate)]
+def delta_sql(aggregate: AggregateQuery, changes_view: str, widened: Collection[int] = ()) -> str:
+    """Per group touched by the signed change rows in `changes_view`: what the changes add
+    (`widened`: as `delta_parts`)."""
+    columns = [f"{combine.upper()}({term}) AS {column}"
+               for column, term, combine in delta_parts(aggregate, widened)]
     keys = _keys(aggregate)
     rows = row_sql(aggregate, signed=True, relation=changes_view)
     return f"SELECT {keys}, {', '.join(columns)} FROM ({rows}) r GROUP BY {keys}"
 
 
-def delta_terms_sql(aggregate: AggregateQuery, changes_view: str, sum_types: Mapping[str, str]) -> str:
+def delta_terms_sql(aggregate: AggregateQuery, changes_view: str, sum_types: Mapping[str, str],
+                    widened: Collection[int] = ()) -> str:
     """`delta_sql` before grouping: each change row's keys and terms, for the caller to
     combine per group. A summed term is cast to `sum_types[column]`, the type SUM gives
     it, so the combined values have the types Spark's aggregate would give them."""
     columns = [
         f"CAST({term} AS {sum_types[column]}) AS {column}" if combine == "sum" else f"{term} AS {column}"
-        for column, term, combine in delta_parts(aggregate)
+        for column, term, combine in delta_parts(aggregate, widened)
     ]
     rows = row_sql(aggregate, signed=True, relation=changes_view)
     return f"SELECT {_keys(aggregate)}, {', '.join(columns)} FROM ({rows}) r"
+
+
+def narrow_integers(argument_types: Sequence[str]) -> frozenset[int]:
+    """The arguments (by index) whose Spark types (`simpleString`) are integers narrower than
+    BIGINT: `delta_parts` negates them in BIGINT."""
+    return frozenset(j for j, kind in enumerate(argument_types) if kind in ("tinyint", "smallint", "int"))
 
 
 def _extreme_lost(function: str, j: int) -> str:

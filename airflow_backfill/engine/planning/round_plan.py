@@ -105,7 +105,7 @@ class Rates:
     that skips the feed."""
     per_feed_key_row: float = 0.2e-6
     """Netting a change row's key columns instead, when the range inserted no row: read by the
-    driver, 1.2 M change rows in 0.2 s at SF 1 (Spark, beyond `driver_feed.KEY_ROWS`, took 2 s)."""
+    driver, 1.2 M change rows in 0.2 s at SF 1 (Spark, beyond `sizes.key_feed_rows`, took 2 s)."""
     join_fixed_per_table: float = 0.6
     """The least a join round costs per upstream beyond its writes: each table's feed read and
     netted, and the walks that join the changes of one side with the others (TPC-H Q3's rounds

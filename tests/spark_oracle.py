@@ -1,0 +1,118 @@
+"""Spark's own answer for an MV version: its query over the upstreams as of the versions
+the MV's commit records, compared with the MV's rows value for value.
+
+The comparison is exact: every column becomes text Spark writes the same way for the same
+value (JSON, with microsecond timestamps, NaN, infinities and -0.0 as themselves, maps as
+their entries sorted), and the two sides must be equal as multisets, with the same column
+names and types. Used by the differential harness (tests/test_differential.py), whose
+engine ran in another process under another time zone: this one reads what it committed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from deltalake import DeltaTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+WATERMARKS = "airflow_backfill.watermarks"
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+                "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "dateFormat": "yyyy-MM-dd"}
+SHOWN = 5
+
+
+@dataclass(frozen=True)
+class MvVersion:
+    version: int
+    upstream_versions: dict[str, int]
+    """The version of each upstream the MV version reflects, by the name its query reads."""
+
+
+def mv_versions(target: str, app_id: str, upstreams: Mapping[str, str]) -> list[MvVersion]:
+    """Every version of the MV from its first watermark on, with the upstream versions it
+    reflects: the app transaction for one upstream, the commit's vector for a join (the
+    newest commit at or before the version that carries one). Fails when a version has
+    none, or when a watermark moves backwards."""
+    history = {entry["version"]: json.loads(entry.get("userMetadata") or "{}")
+               for entry in DeltaTable(target).history()}
+    latest = max(history)
+    found: list[MvVersion] = []
+    vector: dict[str, int] | None = None
+    for version in range(latest + 1):
+        if WATERMARKS in history.get(version, {}):
+            vector = {name: int(v) for name, v in json.loads(history[version][WATERMARKS]).items()}
+        watermark = DeltaTable(target, version=version).transaction_version(app_id)
+        if watermark is None:
+            assert not found, f"{target} version {version} has no watermark after version {found[-1].version}"
+            continue
+        if len(upstreams) > 1:
+            assert vector is not None and sum(vector.values()) == watermark, (target, version, vector, watermark)
+            versions = dict(vector)
+        else:
+            versions = {next(iter(upstreams)): int(watermark)}
+        if found:
+            before = found[-1].upstream_versions
+            assert all(versions[name] >= before[name] for name in versions), (target, version, before, versions)
+        found.append(MvVersion(version, versions))
+    return found
+
+
+def recomputed(spark: SparkSession, query: str, upstreams: Mapping[str, str], versions: Mapping[str, int]) -> DataFrame:
+    """The query over each upstream as of its version (bound under the name the query reads)."""
+    for name, uri in upstreams.items():
+        spark.read.format("delta").option("versionAsOf", versions[name]).load(uri).createOrReplaceTempView(name)
+    return spark.sql(query)  # analysed now: replacing the views later changes nothing
+
+
+def canonical(frame: DataFrame) -> DataFrame:
+    """One text column per column, equal exactly when the values are."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import MapType
+
+    def text(name: str, kind: object) -> Column:
+        column = F.col(f"`{name}`")
+        if isinstance(kind, MapType):
+            column = F.array_sort(F.map_entries(column))
+        return F.to_json(F.struct(column.alias("v")), JSON_OPTIONS).alias(name)
+
+    return frame.select(*(text(field.name, field.dataType) for field in frame.schema.fields))
+
+
+def differences(spark: SparkSession, target: str, app_id: str, query: str, upstreams: Mapping[str, str]) -> list[str]:
+    """What differs between each MV version and Spark's recompute at its upstream versions
+    (empty: every version equals it). All versions are compared in one pass each way."""
+    from pyspark.sql import functions as F
+
+    versions = mv_versions(target, app_id, upstreams)
+    assert versions, f"{target} has no version with a watermark"
+    problems: list[str] = []
+    actual_parts, expected_parts = [], []
+    for entry in versions:
+        actual = spark.read.format("delta").option("versionAsOf", entry.version).load(target)
+        expected = recomputed(spark, query, upstreams, entry.upstream_versions)
+        shape = [(f.name, f.dataType.simpleString()) for f in actual.schema.fields]
+        wanted = [(f.name, f.dataType.simpleString()) for f in expected.schema.fields]
+        if shape != wanted:
+            problems.append(f"version {entry.version}: columns {shape}, Spark's query gives {wanted}")
+            continue
+        actual_parts.append(canonical(actual).withColumn("__version", F.lit(entry.version)))
+        expected_parts.append(canonical(expected).withColumn("__version", F.lit(entry.version)))
+    if not actual_parts:
+        return problems
+    actual_all = reduce(lambda a, b: a.unionByName(b), actual_parts)
+    expected_all = reduce(lambda a, b: a.unionByName(b), expected_parts)
+    for label, rows in (("in the MV, not in Spark's recompute", actual_all.exceptAll(expected_all)),
+                        ("in Spark's recompute, not in the MV", expected_all.exceptAll(actual_all))):
+        shown = rows.orderBy("__version").limit(SHOWN).collect()
+        problems += [f"{label}: {row.asDict()}" for row in shown]
+    return problems
+
+
+def checked_versions(target: str, app_id: str, upstreams: Mapping[str, str]) -> int:
+    return len(mv_versions(target, app_id, upstreams))
