@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_backfill.exceptions import TargetError
+from airflow_backfill.storage.failures import named_failure
 from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import bucket_of, object_key
 
@@ -89,7 +90,10 @@ def s3_writer_lease(lock_uri: str, target: str, job_name: str, phase: str) -> It
         etag = client.put_object(Bucket=bucket, Key=key, Body=body(), IfNoneMatch="*")["ETag"]
     except Exception as error:
         if not _precondition_failed(error):
-            raise
+            failure = named_failure(error, lock_uri, "take the writer lease at")
+            if failure is None:
+                raise
+            raise failure from error
         etag = _take_over_if_expired(client, bucket, key, body, target, job_name)
     lease = Lease(uri=target, owner=owner, etag=etag, expires_at=time.time() + duration)
     renewer = threading.Thread(target=_renew, args=(client, bucket, key, lease, body, duration),

@@ -70,7 +70,7 @@ from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
+from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, ServiceError, UnsupportedQueryError
 from airflow_backfill.storage import files
 from airflow_backfill.storage.spark_parquet import read_parquet_files
 from airflow_backfill.storage.uri import join
@@ -190,6 +190,8 @@ def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, Snaps
                      "catch-up covers the epochs in between", progress.epoch, epoch)
         try:
             return check_upstream(job.source, progress.epoch), progress
+        except ServiceError:  # the store failed, not the epoch: the chunks stay for a rerun
+            raise
         except BackfillError as error:
             log.warning("cannot resume the snapshot at epoch %s (%s); starting over", progress.epoch, error)
             discard_progress(job.target)
