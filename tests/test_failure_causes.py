@@ -1,8 +1,9 @@
 """Each failure is reported as what it is: a version never committed or whose log expired,
 a store that nothing answers on, credentials the store refuses, a local path this process
 may not read, brokers that are down or refuse the SASL login, a connection a secrets
-backend refuses, Delta missing from the Spark driver (and nothing else called that), and
-an unfinished snapshot kept when its upstream cannot be read.
+backend refuses, Delta missing from the Spark driver (and nothing else called that), an
+unfinished snapshot kept when its upstream cannot be read, and a writer lease taken over
+between a round's write and its commit (nothing committed).
 Every failure is provoked for real: a wrong port, moto's key check switched on, a folder
 without permissions, a wrong password on the test broker's SASL listener."""
 
@@ -13,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pyarrow as pa
@@ -24,10 +26,12 @@ from airflow_backfill.engine.delta.log import check_upstream, delta_table, open_
 from airflow_backfill.exceptions import (
     AccessDeniedError,
     BackfillConfigError,
+    TargetError,
     UnreachableError,
     UpstreamError,
 )
 from airflow_backfill.loopback import free_port
+from airflow_backfill.storage import files
 from airflow_backfill.storage.s3_settings import S3Settings, register_settings
 
 APP_ID = "airflow_backfill/orders_mv"
@@ -217,6 +221,42 @@ def test_only_a_missing_delta_class_is_called_a_missing_delta(spark, monkeypatch
 
     with pytest.raises(Py4JNetworkError):
         spark_session._require_delta(Unreachable())  # type: ignore[arg-type]
+
+
+@pytest.mark.spark
+def test_a_lease_taken_over_between_write_and_commit_commits_nothing(spark, s3_tables):
+    from airflow_backfill.engine.delta.commits import append, merge_changes
+    from airflow_backfill.engine.writer_lock import writer_lock
+
+    target = s3_tables["target"]
+    lease = target + "/_airflow_backfill/writer.lease"
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "id long, v string")
+    append(rows, target, app_id=APP_ID, version=0, user_metadata="{}", create=True)
+    committed = DeltaTable(target).version()
+
+    def take_over() -> None:  # another run, whose clock says the lease expired
+        files.write_text(lease, json.dumps({"phase": "catch_up", "pid": 2, "host": "other",
+                                            "expires_at": time.time() + 60}))
+
+    with writer_lock(target, "orders_mv", "catch_up"):
+        with pytest.raises(TargetError, match="no longer holds the writer lease of .*: another run took it over. It "
+                                              "stops without committing"):
+            append(spark.createDataFrame([(3, "c")], "id long, v string"), target, app_id=APP_ID, version=1,
+                   user_metadata="{}", before_commit=take_over)
+    assert DeltaTable(target).version() == committed and DeltaTable(target).transaction_version(APP_ID) == 0
+    files.remove(lease)  # the other run ended
+
+    # MERGE writes and commits in one call of Delta's: the lease is asked of the store right
+    # before it, which sees a takeover that this run's own renewals have not noticed yet.
+    changes = spark.createDataFrame([(1, "z", True)], "id long, v string, __present boolean")
+    with writer_lock(target, "orders_mv", "catch_up"):
+        take_over()
+        with pytest.raises(TargetError, match="another run took it over"):
+            merge_changes(spark, target, changes, ["id"], None, app_id=APP_ID, version=1, user_metadata="{}",
+                          null_safe=False)
+    assert DeltaTable(target).version() == committed
+    assert DeltaTable(target).transaction_version(APP_ID) == 0
+
 
 def without_read_rights(command: list[str]) -> list[str]:
     """`command` run so that folders without permissions stay closed to it (root reads
