@@ -37,3 +37,19 @@ class RepeatedKeyError(UpstreamError):
 
 class TargetError(BackfillError):
     """The target MV table is in a state this job cannot continue from."""
+
+
+class ServiceError(BackfillError):
+    """A store or a broker could not serve this process: its address, the network, or the
+    process's credentials or permissions. Nothing is known to be wrong with the tables or
+    the topic themselves."""
+
+
+class UnreachableError(ServiceError):
+    """Nothing answered (connection refused, unknown host, timed out): a retry may help
+    once the address is fixed or the service is back."""
+
+
+class AccessDeniedError(ServiceError):
+    """The service answered and refused this process (credentials or permissions): only
+    a change of those helps."""

@@ -189,14 +189,21 @@ def _require_delta(session: SparkSession) -> None:
     """Fail with the fix when the driver cannot load Delta Lake's classes.
 
     Under spark-submit the driver's classpath is fixed at launch, so jars set while the
-    session is built reach the executors but not the driver.
+    session is built reach the executors but not the driver. Only the JVM's answer that the
+    class is missing means that; any other failure (the gateway to the JVM lost, say) is
+    raised as it is.
     """
+    from py4j.protocol import Py4JJavaError
+
     jvm: Any = session._jvm  # type: ignore[attr-defined]
     try:
         jvm.java.lang.Class.forName(DELTA_CLASS, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
-    except Exception:
+    except Py4JJavaError as error:
+        if error.java_exception.getClass().getName() != "java.lang.ClassNotFoundException":
+            raise  # the JVM answered with another failure: it says what that is
         raise BackfillConfigError(
             "Delta Lake's Spark connector is not on this Spark driver's classpath. Give spark-submit the "
             "Delta settings at launch: the phase operators do; by hand, `source scripts/env.sh` (its "
-            "SPARK_CONF_DIR holds them) or pass `--properties-file jars/conf/spark-defaults.conf`."
+            "SPARK_CONF_DIR holds them) or pass `--properties-file jars/conf/spark-defaults.conf`. "
+            f"(The JVM: {error.java_exception.toString()})"
         ) from None

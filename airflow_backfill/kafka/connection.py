@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.exceptions import AccessDeniedError, BackfillConfigError
 from airflow_backfill.kafka.topic import BOOTSTRAP
 
 if TYPE_CHECKING:
@@ -172,16 +172,25 @@ def _read(path: str) -> str:
 def settings_from_connection(conn_id: str) -> KafkaSettings:
     """The settings of Airflow connection `conn_id` (of the `kafka` type)."""
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSecretsBackendAccessDenied
 
     try:
         connection = BaseHook.get_connection(conn_id)
-    except Exception as error:
+    except AirflowSecretsBackendAccessDenied as error:
+        raise AccessDeniedError(
+            f"the secrets backend refused this process the job's kafka_conn_id connection {conn_id!r} ({error}); "
+            "allow the workers and the triggerer to read it, or name another connection."
+        ) from error
+    except AirflowNotFoundException:
         raise BackfillConfigError(
-            f"the job's kafka_conn_id {conn_id!r} is not an Airflow connection ({error}); create it, e.g. "
+            f"the job's kafka_conn_id {conn_id!r} is not an Airflow connection; create it, e.g. "
             f"`airflow connections add {conn_id} --conn-type kafka --conn-extra "
             "'{\"bootstrap.servers\": \"127.0.0.1:9092\"}'`, or define AIRFLOW_CONN_"
             f"{conn_id.upper()}."
         ) from None
+    except Exception as error:
+        error.add_note(f"(reading the job's kafka_conn_id connection {conn_id!r})")
+        raise
     if connection.conn_type and connection.conn_type != CONNECTION_TYPE:
         raise BackfillConfigError(
             f"connection {conn_id!r} is of type {connection.conn_type!r}; kafka_conn_id needs a "

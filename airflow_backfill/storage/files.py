@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -71,9 +72,13 @@ def exists(uri: str) -> bool:
 
 def is_directory(uri: str) -> bool:
     """A local directory, or an S3 prefix with at least one object under it (one short
-    listing, whatever the number of objects)."""
+    listing, whatever the number of objects). A local path this process may not look at
+    raises PermissionError (`os.path.isdir` would call it absent)."""
     if not is_object_store(uri):
-        return os.path.isdir(uri)
+        try:
+            return stat.S_ISDIR(os.stat(uri).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
     from pyarrow.fs import FileType
 
     filesystem, path = _remote(uri)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_backfill.exceptions import TargetError
+from airflow_backfill.storage.failures import named_failure
 from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import bucket_of, object_key
 
@@ -48,6 +49,10 @@ class Lease:
     expires_at: float
     lost: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)
+    client: Any = None
+    """The S3 client that took it, and where it lies: what `confirm_held` asks."""
+    bucket: str = ""
+    key: str = ""
 
 
 _held: dict[str, Lease] = {}
@@ -89,9 +94,13 @@ def s3_writer_lease(lock_uri: str, target: str, job_name: str, phase: str) -> It
         etag = client.put_object(Bucket=bucket, Key=key, Body=body(), IfNoneMatch="*")["ETag"]
     except Exception as error:
         if not _precondition_failed(error):
-            raise
+            failure = named_failure(error, lock_uri, "take the writer lease at")
+            if failure is None:
+                raise
+            raise failure from error
         etag = _take_over_if_expired(client, bucket, key, body, target, job_name)
-    lease = Lease(uri=target, owner=owner, etag=etag, expires_at=time.time() + duration)
+    lease = Lease(uri=target, owner=owner, etag=etag, expires_at=time.time() + duration, client=client,
+                  bucket=bucket, key=key)
     renewer = threading.Thread(target=_renew, args=(client, bucket, key, lease, body, duration),
                                name="writer-lease", daemon=True)
     with _held_lock:
@@ -159,9 +168,7 @@ def _renew(client: Any, bucket: str, key: str, lease: Lease, body: Any, duration
 def ensure_held(uri: str) -> None:
     """Raise before a commit to `uri` (or a table inside it) if this process's lease on it
     was lost; local tables and tables without a lease pass."""
-    with _held_lock:
-        leases = [lease for target, lease in _held.items() if uri == target or uri.startswith(target.rstrip("/") + "/")]
-    for lease in leases:
+    for lease in _leases_of(uri):
         if lease.lost is None and time.time() > lease.expires_at:
             lease.lost = "it expired before it could be renewed"
         if lease.lost is not None:
@@ -169,3 +176,44 @@ def ensure_held(uri: str) -> None:
                 f"this run no longer holds the writer lease of {lease.uri}: {lease.lost}. It stops without "
                 "committing; the MV stays at its last committed watermark. Rerun the task."
             )
+
+
+CONFIRM_ATTEMPTS = 3
+"""Reads of the lease `confirm_held` makes when a renewal changes its ETag meanwhile."""
+
+
+def confirm_held(uri: str) -> None:
+    """`ensure_held`, then ask the store: raise unless the lease object still carries this
+    holder's ETag. Called at the commit point, right before a commit to `uri`, so that a
+    lease taken over since the last renewal (a holder paused past its expiry, or hosts
+    whose clocks disagree) stops the commit: nothing is committed. Local tables and tables
+    without a lease pass without a request."""
+    ensure_held(uri)
+    for lease in _leases_of(uri):
+        for _ in range(CONFIRM_ATTEMPTS):
+            etag = lease.etag
+            try:
+                current = lease.client.head_object(Bucket=lease.bucket, Key=lease.key)["ETag"]
+            except Exception as error:
+                if getattr(error, "response", {}).get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    lease.lost = "its object was deleted from the store"
+                    break
+                failure = named_failure(error, lease.uri, "confirm the writer lease of")
+                raise TargetError(
+                    f"could not confirm the writer lease of {lease.uri} before committing ({failure or error}). "
+                    "It stops without committing; the MV stays at its last committed watermark. Rerun the task."
+                ) from error
+            if current == lease.etag:
+                break
+            if lease.etag == etag:  # not a renewal of ours in between: another run wrote it
+                lease.lost = "another run took it over"
+                break
+        else:
+            lease.lost = f"its object changed at each of {CONFIRM_ATTEMPTS} reads"
+        ensure_held(uri)
+
+
+def _leases_of(uri: str) -> list[Lease]:
+    """The leases this process holds on `uri` or on a table that contains it."""
+    with _held_lock:
+        return [lease for target, lease in _held.items() if uri == target or uri.startswith(target.rstrip("/") + "/")]

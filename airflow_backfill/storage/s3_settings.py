@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.exceptions import AccessDeniedError, BackfillConfigError
 from airflow_backfill.storage.uri import bucket_of, is_object_store
 
 ENVIRONMENT = {
@@ -129,16 +129,25 @@ def settings_from_connection(conn_id: str) -> S3Settings:
 
 def _settings_from_fields(conn_id: str) -> S3Settings:
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException, AirflowSecretsBackendAccessDenied
 
     try:
         connection = BaseHook.get_connection(conn_id)
-    except Exception as error:
+    except AirflowNotFoundException:
         raise BackfillConfigError(
-            f"the job's aws_conn_id {conn_id!r} is not an Airflow connection ({error}); create it, e.g. "
+            f"the job's aws_conn_id {conn_id!r} is not an Airflow connection; create it, e.g. "
             f"`airflow connections add {conn_id} --conn-type aws --conn-login ACCESS_KEY_ID "
             "--conn-password SECRET --conn-extra '{\"endpoint_url\": \"http://127.0.0.1:9000\", "
             "\"region_name\": \"us-east-1\"}'`."
         ) from None
+    except AirflowSecretsBackendAccessDenied as error:
+        raise AccessDeniedError(
+            f"the secrets backend refused this process the job's aws_conn_id connection {conn_id!r} ({error}); "
+            "allow the workers and the triggerer to read it, or name another connection."
+        ) from error
+    except Exception as error:
+        error.add_note(f"(reading the job's aws_conn_id connection {conn_id!r})")
+        raise
     extra: dict[str, Any] = connection.extra_dejson or {}
     return S3Settings(
         endpoint_url=extra.get("endpoint_url") or None,
@@ -172,6 +181,14 @@ def settings_for(uri: str) -> S3Settings | None:
     with _registered_lock:
         registered = _registered.get(bucket_of(uri))
     return registered if registered is not None else S3Settings.from_environment()
+
+
+def settings_origin(uri: str) -> str:
+    """Where `uri`'s settings come from, as an error message names it."""
+    with _registered_lock:
+        registered = bucket_of(uri) in _registered
+    return ("the job's aws_conn_id connection" if registered
+            else "this process's AWS_* environment variables (AWS_ACCESS_KEY_ID, AWS_ENDPOINT_URL, ...)")
 
 
 def storage_options(uri: str) -> dict[str, str] | None:

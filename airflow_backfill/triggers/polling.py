@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_backfill.exceptions import BackfillError
+from airflow_backfill.exceptions import BackfillError, UnreachableError
 
 MAX_TRANSIENT_FAILURES = 3
 """Consecutive failed checks (I/O errors, a log being rewritten) before a trigger gives up."""
@@ -61,10 +61,11 @@ class PollingTrigger(BaseTrigger):
         while True:
             try:
                 poll = await asyncio.to_thread(self.check)
-            except BackfillError as error:  # the tables or the job are wrong: waiting cannot help
-                yield self._event("error", f"cannot read {self.subject}: {error}")
-                return
-            except Exception as error:  # noqa: BLE001 - an I/O hiccup; retried a few times
+            except Exception as error:  # noqa: BLE001 - I/O hiccups and unreachable stores: retried a few times
+                if isinstance(error, BackfillError) and not isinstance(error, UnreachableError):
+                    # the tables, the job or the credentials are wrong: waiting cannot help
+                    yield self._event("error", f"cannot read {self.subject}: {error}")
+                    return
                 failures += 1
                 self.log.warning("reading %s failed (%s of %s): %s",
                                  self.subject, failures, MAX_TRANSIENT_FAILURES, error)

@@ -15,6 +15,7 @@ from conftest import commit_upstream_versions, context_with
 from helpers_delta import write_mv_version
 from trigger_events import first_event
 
+from airflow_backfill.exceptions import AccessDeniedError, UnreachableError
 from airflow_backfill.sensors.lag import CaughtUpSensor
 from airflow_backfill.triggers.lag import CaughtUpTrigger
 
@@ -105,6 +106,30 @@ def test_trigger_retries_a_transient_failure_then_reports_it(job, monkeypatch):
     monkeypatch.setattr(DeltaBackfillHook, "lag", lambda self, reference_version=None: 1 / 0)
     event = first_event(trigger_for(job))
     assert event["status"] == "error" and "ZeroDivisionError" in event["message"]
+
+
+def test_trigger_waits_out_an_unreachable_store_but_not_refused_credentials(job, monkeypatch):
+    commit_upstream_versions(job.source, 3)
+    write_mv_version(job.target, MV_ROWS, job.app_id, watermark=2)
+    from airflow_backfill.hooks.delta import DeltaBackfillHook
+
+    real_lag, calls = DeltaBackfillHook.lag, []
+
+    def failing_once(error: Exception):
+        def lag(self, reference_version=None):
+            calls.append(error)
+            if len(calls) == 1:
+                raise error
+            return real_lag(self, reference_version)
+        return lag
+
+    monkeypatch.setattr(DeltaBackfillHook, "lag", failing_once(UnreachableError("cannot reach the store")))
+    assert first_event(trigger_for(job))["status"] == "success" and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(DeltaBackfillHook, "lag", failing_once(AccessDeniedError("the store refused the key")))
+    trigger = trigger_for(job)
+    assert first_event(trigger) == {"status": "error", "message": f"cannot read {trigger.subject}: the store refused the key"}
+    assert len(calls) == 1
 
 
 def test_trigger_counts_against_the_reference_version(job):

@@ -39,7 +39,7 @@ from airflow_backfill.engine.delta.transaction_write import (
     write_with_watermark,
 )
 from airflow_backfill.engine.planning.aggregate_sql import quote
-from airflow_backfill.storage.lease import ensure_held
+from airflow_backfill.storage.lease import confirm_held, ensure_held
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -224,6 +224,7 @@ def merge_changes(
             .whenNotMatchedInsert(condition=f"{CHANGES}.{PRESENT} IS NOT NULL", values=values)
         )
     with session_transaction(spark, app_id, version, user_metadata):
+        confirm_held(uri)  # Delta's MERGE writes and commits in one call: the last point before its commit
         metrics = merge.execute().collect()
     return int(metrics[0]["num_affected_rows"]) if metrics and "num_affected_rows" in metrics[0] else 0
 
@@ -311,6 +312,7 @@ def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None
         spark.conf.set(_EXISTS_IN_DELETE, "true")
         try:
             with session_transaction(spark, app_id, version, user_metadata):
+                confirm_held(uri)  # as for MERGE: the last point before Delta's DELETE commits
                 spark.sql(f"DELETE FROM delta.`{path}` {TARGET} WHERE {condition}")
         finally:
             spark.conf.unset(_EXISTS_IN_DELETE)

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.storage import files
+from airflow_backfill.storage.failures import names_failures
 from airflow_backfill.storage.s3_settings import storage_options
 from airflow_backfill.storage.uri import join
 
@@ -53,17 +54,20 @@ class UpstreamInfo:
     through Delta, never as plain Parquet files)."""
 
 
+@names_failures()
 def delta_table(uri: str, version: int | None = None) -> DeltaTable:
     """delta-rs' view of the table at `uri` (local or on S3, with this process's settings)."""
     return DeltaTable(uri, version=version, storage_options=storage_options(uri))
 
 
+@names_failures()
 def table_exists(uri: str) -> bool:
     """True when `uri` holds a Delta log (cheap: no table load)."""
     return files.is_directory(join(uri, "_delta_log")) and DeltaTable.is_deltatable(
         uri, storage_options=storage_options(uri))
 
 
+@names_failures()
 def load_table(uri: str) -> DeltaTable:
     """The Delta table at `uri` as of its latest version.
 
@@ -94,24 +98,65 @@ def _commit_identity(uri: str, version: int) -> tuple[int, ...] | None:
 
 
 def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
-    """Load the upstream, turning delta-rs' errors into ones that say what to do."""
+    """Load the upstream, turning delta-rs' errors into ones that say what happened and what
+    to do: a store that cannot be reached or refuses the credentials, or a local path this
+    process may not read (a `ServiceError`, from `names_failures`), a version the log can
+    no longer rebuild or that was never committed (an `UpstreamError` saying which)."""
     if not table_exists(uri):
         raise UpstreamError(
             f"upstream {uri} is not a Delta table (no _delta_log); check the job's `source`."
         )
     try:
         return load_table(uri) if version is None else delta_table(uri, version)
-    except TableNotFoundError:
-        raise UpstreamError(f"upstream {uri} is not a Delta table; check the job's `source`.") from None
-    except Exception as error:  # delta-rs raises generic errors for missing versions
+    except DeltaError as error:  # TableNotFoundError too: a version whose part of the log is gone
         if version is not None:
-            raise UpstreamError(
-                f"upstream {uri} cannot be read as of version {version}: {error}. The version "
-                "may have been vacuumed or its log expired; rebuild the MV with a new snapshot."
-            ) from None
+            raise _version_unreadable(uri, version, error) from error
+        if isinstance(error, TableNotFoundError):
+            raise UpstreamError(f"upstream {uri} is not a Delta table; check the job's `source`.") from None
         raise
 
 
+def _version_unreadable(uri: str, version: int, error: Exception) -> UpstreamError:
+    """Why delta-rs could not load `version` of the table, told from its log's file names."""
+    names = files.list_names(join(uri, "_delta_log"))
+    commits = {int(name[:20]) for name in names if _LOG_FILE.match(name) and name.endswith(".json")}
+    checkpoints = {int(name[:20]) for name in names if _LOG_FILE.match(name) and ".checkpoint" in name}
+    latest = max(commits | checkpoints, default=-1)
+    said = f" (delta-rs: {error})"
+    if version > latest:
+        return UpstreamError(
+            f"upstream {uri} has no version {version}: its latest is {latest}. That epoch was never committed "
+            "there, or the table was recreated at this path since; if it was, rebuild the MV with a new "
+            f"snapshot (delete the target and rerun the DAG).{said}"
+        )
+    if not _rebuildable(version, commits, checkpoints):
+        starts = checkpoints | ({0} if 0 in commits else set())
+        kept = f"its log keeps versions {min(starts)}..{latest}" if starts else "its log keeps no complete version"
+        return UpstreamError(
+            f"upstream {uri} can no longer be read as of version {version}: {kept}, older entries expired "
+            "(delta.logRetentionDuration) or were cleaned up. Changes since then cannot be replayed; rebuild "
+            f"the MV with a new snapshot (delete the target and rerun the DAG).{said}"
+        )
+    return UpstreamError(
+        f"upstream {uri} cannot be read as of version {version} although its log has the entries for it: "
+        f"delta-rs cannot rebuild that version from them. Check {join(uri, '_delta_log')} up to version "
+        f"{version} for a damaged entry or checkpoint.{said}"
+    )
+
+
+def _rebuildable(version: int, commits: set[int], checkpoints: set[int]) -> bool:
+    """Whether a reader can rebuild `version`: a checkpoint at or before it with every commit
+    after that checkpoint up to it, or every commit from the first."""
+    while version >= 0:
+        if version in checkpoints:
+            return True
+        if version not in commits:
+            return False
+        version -= 1
+    return True
+
+
+@names_failures()
 def latest_version(uri: str) -> int:
     """The upstream's newest committed version (its latest epoch).
 
@@ -129,6 +174,7 @@ def latest_version(uri: str) -> int:
 UNCHECKPOINTED_COMMITS_WARNING = 100
 
 
+@names_failures()
 def warn_if_rarely_checkpointed(uri: str) -> int:
     """Warn when the table's log has many commits after its last checkpoint; returns them.
 
@@ -149,6 +195,7 @@ def warn_if_rarely_checkpointed(uri: str) -> int:
     return since
 
 
+@names_failures()
 def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
     """The actions of commit `version` from its log entry; [] when the entry is gone."""
     text = files.read_text(join(uri, "_delta_log", f"{version:020d}.json"))
@@ -160,6 +207,7 @@ HISTORY_ATTEMPTS = 20
 gains a commit during each of them."""
 
 
+@names_failures()
 def commit_history(uri: str, limit: int | None = None) -> list[dict[str, Any]]:
     """The table's latest `limit` commits (all when None), newest first, each with its true
     `version`.

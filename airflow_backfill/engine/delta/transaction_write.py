@@ -43,6 +43,7 @@ from airflow_backfill.engine.delta.driver_file import writable, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
 from airflow_backfill.engine.delta.listed_replace import replace_listed
 from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.storage.lease import confirm_held
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -161,6 +162,7 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
             actions, tags = written.actions(), written.stringTags()
         if before_commit is not None:
             before_commit()
+        confirm_held(uri)  # on S3: this run still holds the MV's writer lease, asked of the store
         now = jvm.java.lang.Long.valueOf(int(time.time() * 1000))
         transaction.updateSetTransaction(app_id, version, jvm.scala.Option.apply(now))
         transaction.commit(actions, operation, tags)

@@ -63,7 +63,7 @@ from airflow_backfill.engine.snapshot_chunks.run import (
     run_chunks,
 )
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, UnsupportedQueryError
+from airflow_backfill.exceptions import BackfillError, ServiceError, UnsupportedQueryError
 from airflow_backfill.storage.files import exists
 
 if TYPE_CHECKING:
@@ -165,6 +165,8 @@ def _pin(job: BackfillJob, epochs: Mapping[str, int] | None) -> tuple[Vector, Sn
                          "catch-up covers the versions in between", progress.epochs, dict(epochs))
             try:
                 return check_upstreams(job, progress.epochs), progress
+            except ServiceError:  # the store failed, not the versions: the chunks stay for a rerun
+                raise
             except BackfillError as error:
                 log.warning("cannot resume the snapshot at versions %s (%s); starting over", progress.epochs, error)
         discard_progress(job.target)

@@ -62,7 +62,7 @@ from airflow_backfill.engine.snapshot_chunks.run import (
     run_chunks,
 )
 from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, UnsupportedQueryError
+from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, ServiceError, UnsupportedQueryError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -168,6 +168,8 @@ def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, Snaps
                      "catch-up covers the epochs in between", progress.epoch, epoch)
         try:
             return check_upstream(job.source, progress.epoch), progress
+        except ServiceError:  # the store failed, not the epoch: the chunks stay for a rerun
+            raise
         except BackfillError as error:
             log.warning("cannot resume the snapshot at epoch %s (%s); starting over", progress.epoch, error)
             discard_progress(job.target)
