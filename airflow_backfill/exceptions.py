@@ -37,3 +37,13 @@ class RepeatedKeyError(UpstreamError):
 
 class TargetError(BackfillError):
     """The target MV table is in a state this job cannot continue from."""
+
+
+class ConsistencyError(BackfillError):
+    """The tables asked for have no versions that agree as the policy asks, and never
+    will: the epoch's versions were vacuumed or their log expired. Nothing was read."""
+
+
+class NotYetConsistentError(ConsistencyError):
+    """The tables do not agree as asked yet, but may later: an MV has not reached the
+    epoch, has no committed version, or the MVs share no epoch yet. Waiting can help."""
