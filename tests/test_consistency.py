@@ -316,9 +316,12 @@ def test_epochs_are_given_by_table_name_or_uri_and_checked_first():
                                                                                 "/lake/customers": 3}
     assert resolve_epochs({"/lake/orders": 12}, bases, every_base=False) == {"/lake/orders": 12}
     assert resolve_epochs("7", {"/lake/orders"}, every_base=True) == {"/lake/orders": 7}
+    rendered = str({"/lake/orders": 12})  # a mapping rendered by a template, e.g. an asset event's upstream_epochs
+    assert resolve_epochs(rendered, bases, every_base=False) == {"/lake/orders": 12}
     for value, message in (("orders=-1", "must be a Delta version"), ("orders=x", "must be a Delta version"),
                            ("nation=1", "'nation' is not an upstream table"), ("=3", "must read TABLE=VERSION"),
-                           (True, "must be a Delta version")):
+                           (True, "must be a Delta version"), ("{'orders': 1", "is not a mapping"),
+                           ("{'orders'}", "is not a mapping")):
         with pytest.raises(BackfillConfigError, match=message):
             resolve_epochs(value, bases, every_base=False)
     assert at_least({"/lake/orders": 12, "/lake/customers": 3}, {"/lake/orders": 12})

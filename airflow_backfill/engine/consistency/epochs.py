@@ -3,6 +3,7 @@ asset event) turned into the engine's `{base table URI: version}`, validated fir
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,10 +13,19 @@ from airflow_backfill.exceptions import BackfillConfigError
 
 
 def parse_epochs(value: Any) -> int | dict[str, int]:
-    """`1200` or `orders=1200,customers=310` (a string, as the CLI and templates give it),
-    an int, or a mapping of table to version; versions are whole numbers >= 0."""
+    """`1200` or `orders=1200,customers=310` (a string, as the CLI and templates give it; a
+    template may also render a mapping as its text), an int, or a mapping of table to
+    version; versions are whole numbers >= 0."""
     if isinstance(value, str):
         text = value.strip()
+        if text.startswith("{"):  # a mapping rendered by a template: JSON or Python's repr
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise BackfillConfigError(f"epochs {text!r} is not a mapping of table to version.") from None
+            if not isinstance(value, Mapping):
+                raise BackfillConfigError(f"epochs {text!r} is not a mapping of table to version.")
+            return {str(name): _version(str(name), version) for name, version in value.items()}
         if "=" not in text:
             return _version("epoch", text)
         pairs = [part.split("=", 1) for part in text.split(",") if part.strip()]
