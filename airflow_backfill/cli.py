@@ -455,8 +455,12 @@ def _run_consistent(args: argparse.Namespace) -> int:
     if not args.job and not args.table and not args.jobs_in:
         raise BackfillConfigError("name the MVs to read: --job FILE (repeat it), --table URI or --jobs-in DIR.")
     policy = args.policy or ("at" if args.at is not None else "common")
-    named = [_registered(load_any_job(path)) for path in args.job] + list(args.table)
-    given = {getattr(job, "target", None) for job in named}
+    from airflow_backfill.job import normalize_table_uri
+
+    jobs = [_registered(load_any_job(path)) for path in args.job]
+    tables = [normalize_table_uri("--table", uri) for uri in args.table]
+    named = [*jobs, *tables]
+    given = {job.target for job in jobs} | set(tables)
     others = [] if args.jobs_in is None else [
         job for job in (_registered(load_any_job(path)) for path in job_files_in(args.jobs_in))
         if job.target not in given

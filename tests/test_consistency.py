@@ -375,6 +375,9 @@ def test_the_command_prints_each_tables_version_and_epochs(tmp_path, orders, cap
     assert "a has not reached epoch orders@6" in capsys.readouterr().err
     assert main(["consistent", "--jobs-in", str(tmp_path), "--at", "orders=4"]) == 0
     assert "b  version 0      epochs orders@4" in capsys.readouterr().out
+    assert main(["consistent", "--jobs-in", str(tmp_path), "--table", str(tmp_path / "b"), "--policy", "latest"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["b  version 1      epochs orders@6",  # named: first
+                                                        "a  version 2      epochs orders@5"]
     assert main(["consistent", *files, "--policy", "at"]) == 2
     assert main(["consistent"]) == 2
     assert "name the MVs to read" in capsys.readouterr().err
