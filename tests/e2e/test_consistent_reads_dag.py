@@ -32,9 +32,8 @@ EXAMPLE = ROOT / "dags" / "example_consistent_reads.py"
 
 
 
-def example_jobs(home: str) -> dict:
-    """The example DAG's jobs, with its tables under `home`, by name."""
-    os.environ["AIRFLOW_BACKFILL_HOME"] = home
+def example_jobs() -> dict:
+    """The example DAG's jobs (tables under $AIRFLOW_BACKFILL_HOME), by name."""
     spec = importlib.util.spec_from_file_location("example_consistent_reads", EXAMPLE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -59,7 +58,7 @@ def wait_for_text(log: Path, text: str, process: subprocess.Popen, timeout: floa
 def test_the_sensor_waits_for_one_epoch_then_the_next_task_reads_the_mvs_at_it(tmp_path, monkeypatch):
     home = str(tmp_path / "tables")
     monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", home)
-    jobs = example_jobs(home)
+    jobs = example_jobs()
     orders = jobs["orders_mv"].source
     create_orders_table(orders, rows=300, seed=5)
     rng = random.Random(5)
