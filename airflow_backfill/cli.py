@@ -6,6 +6,8 @@
     airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--max-file-size BYTES]
                            [--parallelism N]
     airflow-backfill verify --job FILE [--parallelism N] [--key-ranges N] [--show N]
+    airflow-backfill consistent --job FILE [--job FILE ...] [--table URI] [--jobs-in DIR]
+                           [--policy common|latest|at] [--at EPOCHS] [--json]
     airflow-backfill jvm-archive [--if-stale]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
@@ -413,6 +415,79 @@ def _run_jvm_archive(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ---- consistent -------------------------------------------------------------------------
+
+EXIT_NOT_CONSISTENT = 1
+
+
+def _add_consistent(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "consistent",
+        help="show the version of each MV to read so that all reflect the same upstream epochs",
+        description="Find one Delta version of each MV (and upstream table) named, all reflecting the same "
+        "upstream epochs, and print each table's version and epochs. Policies: common (the newest epochs every "
+        "table has committed; the default), latest (each table's newest version), at (the versions at the "
+        "epochs --at gives). Reads Delta logs only; never starts Spark. Exit status 0 with an answer, 1 when "
+        "the tables do not agree as asked (not yet, or the versions are gone), 2 on a usage error.",
+    )
+    parser.add_argument("--job", action="append", default=[], metavar="FILE",
+                        help="a job file (Delta or Kafka) whose MV to read; repeat for each MV")
+    parser.add_argument("--table", action="append", default=[], metavar="URI",
+                        help="a Delta table to read too (an upstream, or an MV by its path); repeatable")
+    parser.add_argument("--jobs-in", metavar="DIR",
+                        help="also every job file in DIR; those still being created are left out")
+    parser.add_argument("--policy", choices=("common", "latest", "at"), help="how to choose (default: common, "
+                        "or at when --at is given)")
+    parser.add_argument("--at", metavar="EPOCHS",
+                        help="the epochs to read at: a version of the one upstream (1200), or TABLE=VERSION,... "
+                        "(orders=1200,customers=310); implies --policy at")
+    parser.add_argument("--history", type=_positive_int, default=None,
+                        help="versions of each MV searched at most (default 1000)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.set_defaults(run=_run_consistent)
+
+
+def _run_consistent(args: argparse.Namespace) -> int:
+    from airflow_backfill.consistent_reads import consistent_versions, job_files_in, load_any_job
+    from airflow_backfill.engine.consistency.policies import DEFAULT_HISTORY
+    from airflow_backfill.exceptions import ConsistencyError
+
+    if not args.job and not args.table and not args.jobs_in:
+        raise BackfillConfigError("name the MVs to read: --job FILE (repeat it), --table URI or --jobs-in DIR.")
+    policy = args.policy or ("at" if args.at is not None else "common")
+    from airflow_backfill.job import normalize_table_uri
+
+    jobs = [_registered(load_any_job(path)) for path in args.job]
+    tables = [normalize_table_uri("--table", uri) for uri in args.table]
+    named = [*jobs, *tables]
+    given = {job.target for job in jobs} | set(tables)
+    others = [] if args.jobs_in is None else [
+        job for job in (_registered(load_any_job(path)) for path in job_files_in(args.jobs_in))
+        if job.target not in given
+    ]
+    try:
+        answer = consistent_versions(named, also=others, policy=policy, at=args.at,
+                                     history=args.history or DEFAULT_HISTORY)
+    except ConsistencyError as error:
+        message = " ".join(str(error).split())
+        print(f"{PROG} consistent: {message}", file=sys.stderr)
+        return EXIT_NOT_CONSISTENT
+    if args.json:
+        print(json.dumps(answer.to_dict(), sort_keys=True))
+    else:
+        print("\n".join(answer.lines()))
+    return EXIT_OK
+
+
+def _registered(job: Any) -> Any:
+    """A Delta job with an `aws_conn_id` gets its connection's S3 settings (as `_load_job`)."""
+    if getattr(job, "aws_conn_id", None):
+        from airflow_backfill.hooks.delta import DeltaBackfillHook
+
+        DeltaBackfillHook.for_job(job).register_storage()
+    return job
+
+
 # ---- command table ----------------------------------------------------------------------
 
 COMMANDS: tuple[Callable[[Any], None], ...] = (
@@ -423,6 +498,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     add_kafka_status,
     add_kafka_demo,
     _add_verify,
+    _add_consistent,
     _add_jvm_archive,
 )
 

@@ -53,3 +53,13 @@ class UnreachableError(ServiceError):
 class AccessDeniedError(ServiceError):
     """The service answered and refused this process (credentials or permissions): only
     a change of those helps."""
+
+
+class ConsistencyError(BackfillError):
+    """The tables asked for have no versions that agree as the policy asks, and never
+    will: the epoch's versions were vacuumed or their log expired. Nothing was read."""
+
+
+class NotYetConsistentError(ConsistencyError):
+    """The tables do not agree as asked yet, but may later: an MV has not reached the
+    epoch, has no committed version, or the MVs share no epoch yet. Waiting can help."""

@@ -38,11 +38,13 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": "Airflow Backfill",
-                "python-modules": ["airflow_backfill.sensors.lag", "airflow_backfill.sensors.kafka"],
+                "python-modules": ["airflow_backfill.sensors.lag", "airflow_backfill.sensors.kafka",
+                                   "airflow_backfill.sensors.consistent"],
             }
         ],
         "triggers": [
-            {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.triggers.lag"]}
+            {"integration-name": "Airflow Backfill",
+             "python-modules": ["airflow_backfill.triggers.lag", "airflow_backfill.triggers.consistent"]}
         ],
         "hooks": [
             {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.hooks.delta"]}

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.configuration import conf
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow.triggers.base import BaseTrigger
 
@@ -49,8 +49,9 @@ class DeferrableSensor(BaseSensorOperator):
     def execute(self, context: Any) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        if self.poke(context):  # already there: no deferral at all
-            return None
+        poked = self.poke(context)
+        if poked:  # already there: no deferral at all
+            return poked.xcom_value if isinstance(poked, PokeReturnValue) else None
         timeout = float(self.timeout)
         self.defer(trigger=self.make_trigger(time.time() + timeout), method_name="execute_complete",
                    timeout=timedelta(seconds=timeout))

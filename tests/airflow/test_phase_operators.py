@@ -177,10 +177,33 @@ def test_asset_events_carry_the_watermark(job, submitted):
     context["outlet_events"] = defaultdict(SimpleNamespace)
     asset = mv_asset(job)
     LogStoreCatchUpOperator(task_id="catch_up", job=job, outlets=[asset]).execute(context)
-    assert context["outlet_events"][asset].extra == {
+    assert context["outlet_events"][asset].extra == {  # no upstream table: no upstream epochs, the commit stands
         "airflow_backfill.job": "orders_mv", "airflow_backfill.phase": "catch_up",
         "airflow_backfill.watermark": 7, "airflow_backfill.source": job.source,
     }
+
+
+def test_asset_events_carry_the_mv_version_and_the_upstream_epochs_through_a_chain(job, submitted):
+    """An MV over another MV: its event names the base upstream's epoch its version reflects
+    (the first MV's version 7, itself at the upstream's epoch 5), what a downstream DAG needs
+    to read both MVs at one epoch."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from consistency_tables import mv, upstream
+
+    from airflow_backfill.task_group import mv_asset
+
+    base = upstream(str(Path(job.source).parent / "base"), 6)
+    mv(job.source, "first_mv", base, [1, 2, 3, 4, 4, 5, 5, 5])  # version 7 reflects epoch 5 of the base
+    context = context_with()
+    context["outlet_events"] = defaultdict(SimpleNamespace)
+    asset = mv_asset(job)
+    ForwardOperator(task_id="forward", job=job, outlets=[asset]).execute(context)
+    extra = context["outlet_events"][asset].extra
+    assert extra["airflow_backfill.watermark"] == 7
+    assert extra["airflow_backfill.mv_version"] == 0
+    assert extra["airflow_backfill.upstream_epochs"] == {base: 5}
 
 
 def test_verify_submits_its_entry_point_and_pushes_only_its_progress_link(job, submitted):

@@ -137,6 +137,20 @@ def test_example_dag_job_equals_the_yaml_job(monkeypatch, tmp_path):
     assert module.ORDERS_MV == load_job(ROOT / "jobs" / "orders_mv.yaml")
 
 
+def test_the_consistent_reads_example_declares_the_job_files_jobs(monkeypatch, tmp_path):
+    monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path))
+    import importlib.util
+
+    path = ROOT / "dags" / "example_consistent_reads.py"
+    spec = importlib.util.spec_from_file_location("example_consistent_reads", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for job in (module.ORDERS_MV, module.ORDER_STATUS_COUNTS, module.REVENUE_BY_CUSTOMER):
+        assert job == load_job(ROOT / "jobs" / f"{job.name}.yaml")
+    assert module.REVENUE_BY_CUSTOMER.source == module.ORDERS_MV.target
+
+
 def test_provider_is_registered_under_the_distribution_name():
     info = get_provider_info()
     assert info["package-name"] == metadata("airflow-backfill")["Name"]
