@@ -66,8 +66,9 @@ def mv_specs(root: str, tables: dict[str, str]) -> dict[str, dict[str, Any]]:
 
 
 class WayTurns:
-    """Every incremental write takes the next way of `WAYS` its estimates offer (they offer
-    only the ways that can apply the round's changes), per kind of write."""
+    """Every incremental write takes a way its estimates offer (they offer only the ways
+    that can apply the round's changes) that its kind of write has not taken yet, else the
+    next in turn."""
 
     def __init__(self) -> None:
         self.turns: dict[str, int] = {}
@@ -77,9 +78,10 @@ class WayTurns:
         offered = [way for way in WAYS if way in estimates]
         if not offered:
             return min(estimates, key=estimates.__getitem__)
+        untaken = [way for way in offered if (kind, way) not in self.taken]
         turn = self.turns.get(kind, 0)
         self.turns[kind] = turn + 1
-        way = offered[turn % len(offered)]
+        way = untaken[0] if untaken else offered[turn % len(offered)]
         self.taken.append((kind, way))
         return way
 

@@ -86,6 +86,37 @@ def cycle_write_ways(monkeypatch, ways: tuple[str, ...] = ("merge", "replace", "
     monkeypatch.setattr(aggregate_apply, "_cheapest", next_usable)
 
 
+def unnamed_files(uri: str) -> set[str]:
+    """The data files in the table's folder that no log entry names, and every deletion-vector
+    file (the log names those by an encoded id): compared before and after a write, what
+    the write left that no commit made part of the table."""
+    import os
+    from urllib.parse import unquote
+
+    named: set[str] = set()
+    log = os.path.join(uri, "_delta_log")
+    for entry in sorted(os.listdir(log)):
+        if not entry.endswith(".json"):
+            continue
+        with open(os.path.join(log, entry)) as handle:
+            for line in handle:
+                action = json.loads(line)
+                for kind in ("add", "remove", "cdc"):
+                    if kind in action:
+                        named.add(unquote(action[kind]["path"]))
+    found = set()
+    for folder, _, names in os.walk(uri):
+        if "_delta_log" in folder or "_airflow_backfill" in folder:
+            continue
+        for name in names:
+            relative = os.path.relpath(os.path.join(folder, name), uri)
+            if name.endswith(".parquet") and relative not in named:
+                found.add(relative)
+            elif name.startswith("deletion_vector_") and name.endswith(".bin"):
+                found.add(relative)
+    return found
+
+
 def append_orders(uri: str, order_ids: list[int]) -> int:
     """Append copies of existing orders under `order_ids` (a plain delta-rs append); its version."""
     existing = DeltaTable(uri).to_pyarrow_table()

@@ -11,7 +11,7 @@ import random
 import pytest
 from aggregate_upstream import apply_epoch, create, random_ops
 from deltalake import DeltaTable
-from helpers_delta import append_orders, cycle_write_ways, mv_commits, round_plans
+from helpers_delta import append_orders, cycle_write_ways, mv_commits, round_plans, unnamed_files
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.aggregates import apply as aggregate_apply
@@ -80,10 +80,14 @@ def test_a_round_killed_before_or_after_its_commit_is_redone_once_in_every_plan(
     run_snapshot(spark, job)
     commit_epoch(source, random.Random(11), **CHANGES.get(plan, {"inserts": 20, "updates": 40, "deletes": 15}))
 
-    kill_at(monkeypatch, apply, "after_write")  # the round's data written, not committed
+    before = unnamed_files(job.target)
+    kill_at(monkeypatch, apply, "after_write")  # the round's files written, not committed
     with pytest.raises(Killed):
         run_catch_up(spark, job)
     assert len(mv_commits(job.target)) == 1, "nothing may be committed before the commit"
+    written = unnamed_files(job.target) - before
+    # Delta's MERGE writes and commits in one call: it is killed just before it
+    assert bool(written) == (plan != "merge"), (plan, written)
     kill_at(monkeypatch, apply, "after_commit")  # committed, then killed
     with pytest.raises(Killed):
         run_catch_up(spark, job)

@@ -9,6 +9,7 @@ MV at SF 1: 0.66 s one after the other, 0.47 s side by side; docs/benchmarks.md)
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -31,7 +32,8 @@ def commit_after(first: Callable[[], object], write: Callable[[Callable[[], None
         except BaseException as error:  # raised again in this thread, where the write waits
             failed.append(error)
 
-    worker = InheritableThread(target=first_thread, name="before-commit")
+    context = contextvars.copy_context()  # the commit fence's hooks (`delta/commit_fence`) reach `first` too
+    worker = InheritableThread(target=lambda: context.run(first_thread), name="before-commit")
     worker.start()
 
     def first_done() -> None:

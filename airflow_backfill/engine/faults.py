@@ -5,7 +5,8 @@ Set `AIRFLOW_BACKFILL_FAULT` to `<phase>:<point>` (several separated by commas),
 `forward:after_commit`. Points:
 
 - `after_chunks=N`: the snapshot recorded N chunks as done.
-- `after_write`: Spark wrote the output (or the keyed changes), the Delta commit not made.
+- `after_write`: the commit's files are written, the commit not made (`delta/commit_fence`);
+  for a MERGE or DELETE, which Delta writes and commits in one call, just before that call.
 - `after_state_commit` (aggregates): the hidden per-group state is committed, the MV
   not yet; the rerun brings the MV to the state's epoch first.
 - `after_commit`: the Delta commit is made, the phase's own bookkeeping not yet.

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
@@ -32,6 +33,7 @@ from airflow_backfill.engine.aggregates.state import read_state, state_uri, stat
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.commit_after import commit_after
 from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
+from airflow_backfill.engine.delta.commit_fence import at_each_commit
 from airflow_backfill.engine.delta.commits import (
     PLAN_FIELD,
     PRESENT,
@@ -226,8 +228,8 @@ def commit_round(
             return recompute_aggregate(spark, job, plan, info, chosen), chosen
         chosen = chosen.with_writes(state=_cheapest(state_ways), mv=_cheapest(mv_ways))
         metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
-        maybe_crash(info.phase, "after_write")
-        changed = _write_state_then_mv(spark, job, state, mv, chosen, metadata)
+        with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+            changed = _write_state_then_mv(spark, job, state, mv, chosen, metadata)
         maybe_crash(info.phase, "after_commit")
         return changed, chosen
     finally:
@@ -281,9 +283,9 @@ def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     state = cast_to(spark.sql(sql.state_sql(aggregate)), state_schema)
     metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
     log.info("%s: recomputing the aggregate at epoch %s (%s)", info.phase, info.epoch, chosen.reason)
-    maybe_crash(info.phase, "after_write")
-    overwrite(state.coalesce(info.parallelism), state_uri(job.target), app_id=job.app_id, version=info.epoch,
-              user_metadata=metadata.user_metadata(job))
+    with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+        overwrite(state.coalesce(info.parallelism), state_uri(job.target), app_id=job.app_id, version=info.epoch,
+                  user_metadata=metadata.user_metadata(job))
     maybe_crash(info.phase, "after_state_commit")
     written = read_table(spark, state_uri(job.target))
     mv_schema = spark.read.format("delta").load(job.target).schema

@@ -65,10 +65,11 @@ def touched_in_driver(
         if leaving is None or any(how != "sum" for how in combines.values()):
             return None
         terms = pa.concat_tables([terms, _negated(leaving.select(terms.column_names), keys, terms.schema)])
-    if not _combinable(terms, keys, combines):
-        return None
     try:
-        delta = _combined(terms, keys, combines).cast(_arrow_schema(delta_schema))
+        combined = combine_terms(terms, keys, combines)
+        if combined is None:
+            return None
+        delta = combined.cast(_arrow_schema(delta_schema))
         touched = delta.join(_old_state(old_rows, keys), keys=keys, join_type="left outer", coalesce_keys=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("touched groups folded by Spark: %s", error)
@@ -93,7 +94,7 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> b
 
     for name in keys:
         column = terms[name]
-        if column.null_count or pa.types.is_floating(column.type) or pa.types.is_timestamp(column.type):
+        if column.null_count or pa.types.is_floating(column.type):
             return False
     for name, how in combines.items():
         kind = terms[name].type
@@ -105,13 +106,17 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> b
             elif not pa.types.is_decimal(kind):
                 return False
         elif not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
-                  or pa.types.is_string(kind) or pa.types.is_boolean(kind)):
+                  or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)):
             return False
     return True
 
 
-def _combined(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> pa.Table:
-    """The terms combined per group (a NULL sum or extreme when every term is NULL, as in Spark)."""
+def combine_terms(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> pa.Table | None:
+    """The terms combined per group of `keys` (`combines`: sum, min or max per column; a NULL
+    sum or extreme when every term is NULL, as in Spark), or None when Arrow would not
+    combine them exactly as Spark does (`_combinable`)."""
+    if not _combinable(terms, keys, combines):
+        return None
     grouped = terms.group_by(keys, use_threads=False).aggregate([(name, how) for name, how in combines.items()])
     return grouped.select([*keys, *(f"{name}_{how}" for name, how in combines.items())]).rename_columns(
         [*keys, *combines])

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from airflow_backfill.engine.delta import commit_fence
 from airflow_backfill.engine.delta.log import (
     CDF_PROPERTY,
     CHECKPOINT_INTERVAL_PROPERTY,
@@ -225,6 +226,7 @@ def merge_changes(
         )
     with session_transaction(spark, app_id, version, user_metadata):
         confirm_held(uri)  # Delta's MERGE writes and commits in one call: the last point before its commit
+        commit_fence.reached()
         metrics = merge.execute().collect()
     return int(metrics[0]["num_affected_rows"]) if metrics and "num_affected_rows" in metrics[0] else 0
 
@@ -313,6 +315,7 @@ def delete_keys(keys: DataFrame, uri: str, key: Sequence[str], bound: str | None
         try:
             with session_transaction(spark, app_id, version, user_metadata):
                 confirm_held(uri)  # as for MERGE: the last point before Delta's DELETE commits
+                commit_fence.reached()
                 spark.sql(f"DELETE FROM delta.`{path}` {TARGET} WHERE {condition}")
         finally:
             spark.conf.unset(_EXISTS_IN_DELETE)

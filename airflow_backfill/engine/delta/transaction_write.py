@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltalake.exceptions import TableNotFoundError
 
+from airflow_backfill.engine.delta import commit_fence
 from airflow_backfill.engine.delta.driver_file import writable, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
 from airflow_backfill.engine.delta.listed_replace import replace_listed
@@ -163,6 +164,7 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
         if before_commit is not None:
             before_commit()
         confirm_held(uri)  # on S3: this run still holds the MV's writer lease, asked of the store
+        commit_fence.reached()
         now = jvm.java.lang.Long.valueOf(int(time.time() * 1000))
         transaction.updateSetTransaction(app_id, version, jvm.scala.Option.apply(now))
         transaction.commit(actions, operation, tags)

@@ -33,11 +33,13 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.apply import bring_mv_to_state, fold_signed_rows
 from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.delta.change_feed import check_schema_unchanged
+from airflow_backfill.engine.delta.commit_fence import at_each_commit
 from airflow_backfill.engine.delta.commits import (
     PLAN_FIELD,
     PRESENT,
@@ -170,9 +172,9 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
         keys = prepared.changed.rows or 0
         if not keys:
             chosen = RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no MV row")
-            maybe_crash(info.phase, "after_write")
-            commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch,
-                                  user_metadata=info.user_metadata(job))
+            with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+                commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch,
+                                      user_metadata=info.user_metadata(job))
             maybe_crash(info.phase, "after_commit")
             return 0, chosen, time.monotonic() - started
         facts = prepared.facts
@@ -180,10 +182,10 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
                             f"{info.rows} signed join rows, {keys} MV keys, {facts.touched_rows} of {facts.rows} "
                             "MV rows in touched files")
         metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
-        maybe_crash(info.phase, "after_write")
         written = time.monotonic()
-        changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
-                        user_metadata=metadata.user_metadata(job))
+        with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+            changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
+                            user_metadata=metadata.user_metadata(job))
         seconds = time.monotonic() - written
         maybe_crash(info.phase, "after_commit")
         return changed, chosen, seconds

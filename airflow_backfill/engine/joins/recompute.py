@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.apply import recompute_aggregate
+from airflow_backfill.engine.delta.commit_fence import at_each_commit
 from airflow_backfill.engine.delta.commits import PLAN_FIELD, conform, overwrite
 from airflow_backfill.engine.delta.log import rows_written
 from airflow_backfill.engine.faults import maybe_crash
@@ -87,8 +89,8 @@ def repeated_join_key(job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int
 
 
 def _overwrite(rows: DataFrame, job: BackfillJob, info: CommitInfo) -> int:
-    maybe_crash(info.phase, "after_write")
-    overwrite(rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
-              user_metadata=info.user_metadata(job))
+    with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+        overwrite(rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
+                  user_metadata=info.user_metadata(job))
     maybe_crash(info.phase, "after_commit")
     return rows_written(job.target)

@@ -31,6 +31,7 @@ from airflow_backfill.engine.delta.change_feed import (
     read_change_feed,
     read_upstream_as_of,
 )
+from airflow_backfill.engine.delta.commit_fence import at_each_commit
 from airflow_backfill.engine.delta.commits import (
     ARRIVED,
     PLAN_FIELD,
@@ -176,15 +177,15 @@ def _append_appended(
     log.info("%s: epochs %s..%s only appended %s rows above the MV's largest key: appending",
              info.phase, watermark + 1, info.epoch, change_rows)
     if not appended.paths:
-        maybe_crash(info.phase, "after_write")
-        commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch,
-                              user_metadata=metadata)
+        with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+            commit_watermark_only(spark, job.target, app_id=job.app_id, version=info.epoch,
+                                  user_metadata=metadata)
         maybe_crash(info.phase, "after_commit")
         return 0, 0
     rows = apply_query(spark, appended_rows, plan.query)
-    maybe_crash(info.phase, "after_write")
-    written = append_new(conform(rows, target), job.target, app_id=job.app_id, version=info.epoch,
-                         user_metadata=metadata)
+    with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+        written = append_new(conform(rows, target), job.target, app_id=job.app_id, version=info.epoch,
+                             user_metadata=metadata)
     maybe_crash(info.phase, "after_commit")
     return change_rows, rows_written(job.target) if written else 0
 
@@ -281,9 +282,9 @@ def _apply_stateless(
             if chosen.plan == RECOMPUTE:
                 return _recompute(spark, job, plan, prepared, change_rows, chosen, info)
             metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
-            maybe_crash(info.phase, "after_write")
-            changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
-                            user_metadata=metadata.user_metadata(job))
+            with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+                changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
+                                user_metadata=metadata.user_metadata(job))
             maybe_crash(info.phase, "after_commit")
             return info.epoch, change_rows, changed, chosen
         finally:
@@ -313,8 +314,8 @@ def _recompute(
         _refuse_arrived_in_mv(spark, job, plan, changes)
     metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
     log.info("%s: recomputing the MV at epoch %s (%s)", info.phase, info.epoch, chosen.reason)
-    maybe_crash(info.phase, "after_write")
-    rows = recompute_stateless(spark, job, plan, info.epoch, metadata, proof=proof)
+    with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+        rows = recompute_stateless(spark, job, plan, info.epoch, metadata, proof=proof)
     maybe_crash(info.phase, "after_commit")
     return info.epoch, change_rows, rows, chosen
 
