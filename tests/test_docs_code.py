@@ -375,3 +375,41 @@ def test_no_ratio_is_quoted_outside_a_link_to_its_row():
     assert not unlinked, ("ratios quoted outside a link to their row of docs/benchmarks.md (write "
                           "`[2.31x](benchmarks.md#round-stateless)`, or link to the row without the figure):\n"
                           + "\n".join(unlinked))
+
+
+# ---- the glossary -------------------------------------------------------------------------
+
+GLOSSARY_TERMS = {
+    "rf1-rf2": r"\bRF[12]\b",
+    "q1-q3": r"\bQ[13]\b",
+    "floor": r"\bfloor\b",
+    "app-transaction": r"\bapp transactions?\b",
+    "listed-files": r"\bchecksum(?:'s)?\s+(?:lists|files?\b)",
+    "held-rows": r"held by the driver|\bthe driver holds\b|\bheld whole\b",
+    "walk": r"\bwalk(?:s|ed|ing)?\b",
+    "vector-watermark": r"(?<!deletion )\bvector\b",
+}
+"""Terms used before they were defined, by their glossary anchor: where a page first uses
+one (outside code), it links to the glossary."""
+GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\((?:docs/)?glossary\.md#([\w-]+)\)")
+
+
+def test_each_page_links_a_glossary_term_where_it_first_uses_it():
+    from test_docs import anchors
+
+    defined = anchors(ROOT / "docs" / "glossary.md")
+    assert set(GLOSSARY_TERMS) <= defined, f"glossary.md defines no {sorted(set(GLOSSARY_TERMS) - defined)}"
+    unlinked = []
+    for page in PAGES:
+        if page.name == "glossary.md" or page.name in BENCHMARK_PAGES:
+            continue
+        prose = INLINE_CODE.sub(lambda match: " " * len(match.group(0)), text_without_blocks(page))
+        linked = [(match.start(), match.end(), match.group(2)) for match in GLOSSARY_LINK.finditer(prose)]
+        for anchor, pattern in GLOSSARY_TERMS.items():
+            first = re.search(pattern, prose)
+            if first is None:
+                continue
+            if not any(start <= first.start() < end and target == anchor for start, end, target in linked):
+                line = prose.count("\n", 0, first.start()) + 1
+                unlinked.append(f"{page.relative_to(ROOT)}:{line}: {first.group(0)!r} (glossary.md#{anchor})")
+    assert not unlinked, "first uses of a glossary term without a link to it:\n" + "\n".join(unlinked)
