@@ -364,9 +364,13 @@ def cost_table(runs: Sequence[Run]) -> str:
 
 def _history_line(run: Run) -> str:
     meta = run.meta
-    figures = [f"{row.anchor} {figure.text.split(' (')[0]}" for row in ROWS
-               if row.bench == meta.get("bench") and _same_scale(run, row.scale)
-               and (figure := row.read(run.result)) is not None]
+    rows = [row for row in ROWS if row.bench == meta.get("bench")]
+    if not any(_same_scale(run, row.scale) for row in rows):  # another scale (a quick run): its SF 1 rows' figures
+        rows = [row for row in rows if row.scale in (None, 1.0)]
+    else:
+        rows = [row for row in rows if _same_scale(run, row.scale)]
+    figures = [f"{row.anchor} {figure.text.split(' (')[0]}" for row in rows
+               if (figure := row.read(run.result)) is not None]
     load = f"load {meta.get('load_before', '-')} / {meta.get('load_after', '-')}"
     seconds = f", {meta['seconds']:.0f} s" if isinstance(meta.get("seconds"), int | float) else ""
     source = f" (transcribed: {meta['transcribed']})" if run.transcribed else ""
