@@ -2,7 +2,8 @@
 
     airflow-backfill simulate --table PATH [--rows N] [--epoch-interval S] [--max-epochs N] ...
     airflow-backfill status --job FILE [--json]
-    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none] [--resume | --reset]
+    airflow-backfill alter --job FILE [--backfill-parallelism N] [--rate-limit ROWS_PER_S|0|none]
+                           [--max-round-epochs N|none] [--max-round-bytes BYTES|none] [--resume | --reset]
     airflow-backfill maintain --job FILE [--no-cluster] [--no-purge] [--vacuum] [--max-file-size BYTES]
                            [--parallelism N]
     airflow-backfill verify --job FILE [--parallelism N] [--key-ranges N] [--show N]
@@ -274,10 +275,12 @@ def _round_bound(text: str) -> int | None:
 def _add_alter(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "alter",
-        help="change a running backfill's parallelism or rate limit (applies at the next chunk or round)",
-        description="Override the backfill parallelism and/or rate limit of a job. The phases read the "
-        "override at their next safe point: the next snapshot chunk or the next catch-up round. "
-        "--reset removes the overrides, so the job file's values apply again.",
+        help="change a running backfill's parallelism, rate limit or round bounds (applies at the next chunk "
+        "or round)",
+        description="Override the backfill parallelism, the rate limit (0 pauses) and the bounds of a catch-up "
+        "round of a job. The phases read the override at their next safe point: the next snapshot chunk or "
+        "the next catch-up round. --resume lifts a pause; --reset removes the overrides, so the job file's "
+        "values apply again.",
     )
     parser.add_argument("--job", required=True, metavar="FILE", help="the job's YAML file")
     parser.add_argument("--backfill-parallelism", type=_backfill_parallelism, metavar="N",
@@ -313,7 +316,8 @@ def _requested_overrides(args: argparse.Namespace) -> dict[str, Any]:
             )
     if not args.reset and not args.resume and not overrides:
         raise BackfillConfigError(
-            "nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S, --resume or --reset."
+            "nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S, --max-round-epochs N, "
+            "--max-round-bytes BYTES, --resume or --reset."
         )
     return overrides
 

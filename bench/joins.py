@@ -1,6 +1,6 @@
 """The join benchmark: TPC-H Q3 as join MVs over customer, orders and lineitem.
 
-    python bench/joins.py [--scale 1] [--repeats 3] [--sections snapshot,refresh] [--output bench/join_results.json]
+    python bench/joins.py [--scale 1] [--repeats 3] [--sections snapshot,refresh] [--output FILE]
 
 Two MVs of Q3's join: `q3` (its revenue per order: GROUP BY over the join, the per-group
 state of docs/aggregates.md) and `q3_rows` (the line items Q3 sums, one MV row per line
@@ -28,13 +28,13 @@ side by side in that session, for each MV:
 The session's JVM gets `--driver-memory` of heap (4g from SF 10 on, where the plain Spark
 job and the recompute run out of Spark's default 1 GiB while sorting their Parquet writes).
 
-Prints the figures and writes them to the JSON file (docs/benchmarks.md, "Joins").
+Prints the figures and writes the run's JSON into bench/results/, named by date and commit
+(`bench/run_record.py`); `python bench/table.py` puts them into docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -51,6 +51,7 @@ if ROOT not in sys.path:  # `python bench/joins.py` puts bench/, not the checkou
 from airflow_backfill import tpch  # noqa: E402
 from airflow_backfill.engine.spark_session import SUBMIT_ARGS_VARIABLE  # noqa: E402
 from airflow_backfill.job import BackfillJob  # noqa: E402
+from bench import run_record  # noqa: E402
 from bench.measure import without_cached_states  # noqa: E402
 
 LARGE_SCALE_HEAP = "4g"
@@ -185,23 +186,14 @@ def refresh_section(spark: Any, tables: tpch.TpchTables, work: str, repeats: int
 
 
 def with_load(section: Any, *args: Any) -> dict[str, Any]:
-    """A section's figures with the machine's load before and after it (a run of one
-    section keeps the other's figures, taken at another time)."""
+    """A section's figures with the machine's load before and after it."""
     before = os.getloadavg()
     figures: dict[str, Any] = section(*args)
     return {**figures, "load_average_before": before, "load_average_after": os.getloadavg()}
 
 
-def merged(earlier: dict[str, Any], latest: dict[str, Any]) -> dict[str, Any]:
-    """`earlier` results of a scale factor updated with `latest`, section by section per MV
-    (a run of one section keeps the other's figures)."""
-    kept = dict(earlier)
-    for key, value in latest.items():
-        kept[key] = {**kept.get(key, {}), **value} if key in QUERIES else value
-    return kept
-
-
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python bench/joins.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -214,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the MVs' round_plan in the refresh section (auto: recompute when cheaper)")
     parser.add_argument("--driver-memory", type=driver_memory, default=None,
                         help="the session's JVM heap, e.g. 4g (default: 4g from SF 10 on, Spark's 1g below)")
-    parser.add_argument("--output", default=os.path.join(ROOT, "bench", "join_results.json"))
+    parser.add_argument("--output", default=None,
+                        help="JSON result file (default: bench/results/<date>-<time>-<commit>-joins.json)")
     parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one, removed)")
     args = parser.parse_args(argv)
     sections = {s for s in args.sections.split(",") if s}
@@ -227,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[SUBMIT_ARGS_VARIABLE] = f"--driver-memory {memory} " + os.environ.get(SUBMIT_ARGS_VARIABLE,
                                                                                       "pyspark-shell")
     work = args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-joins-bench-")
+    meta = {**run_record.run_meta("joins", "joins.py", argv), "scale_factor": args.scale,
+            "sections": sorted(sections), "repeats": args.repeats, "round_plan": args.round_plan}
+    run_started = time.monotonic()
     try:
         started = time.monotonic()
         tables = tpch.load_tpch(os.path.join(work, "tpch"), args.scale, tables=tpch.LOADABLE)
@@ -250,13 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
-    previous = {}
-    if os.path.exists(args.output):
-        with open(args.output) as handle:
-            previous = json.load(handle)
-    previous[f"sf{args.scale:g}"] = merged(previous.get(f"sf{args.scale:g}", {}), results)
-    with open(args.output, "w") as handle:
-        json.dump(previous, handle, indent=1, sort_keys=True)
+    output = run_record.write_result(
+        {"meta": run_record.finish_meta(meta, time.monotonic() - run_started), **results}, args.output)
+    print(f"wrote {output}; `python bench/table.py` updates docs/benchmarks.md from bench/results/")
     for kind in (k for k in QUERIES if k in results):
         if "snapshot" in results[kind]:
             snapshot = results[kind]["snapshot"]

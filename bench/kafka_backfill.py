@@ -11,7 +11,8 @@ SparkSession at the given parallelism:
 - backfill: `run_backfill` of the same query (per-partition offsets, split states, the
   same Delta append with its metadata), until every split is Finished.
 
-Prints one JSON object with both times and their ratio.
+Prints the run's JSON (both times and their ratio) and writes it into bench/results/, named by
+date and commit (`bench/run_record.py`), for `python bench/table.py`.
 """
 
 from __future__ import annotations
@@ -45,13 +46,18 @@ def produce(bootstrap: str, topic: str, records: int, partitions: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python bench/kafka_backfill.py", description=__doc__)
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--output", default=None,
+                        help="JSON result file (default: bench/results/<date>-<time>-<commit>-kafka.json)")
     args = parser.parse_args(argv)
+    from bench import run_record
 
-
+    meta = run_record.run_meta("kafka", "kafka_backfill.py", argv)
+    run_started = time.monotonic()
     from airflow_backfill.engine.spark_session import build_spark_session
     from airflow_backfill.kafka.config import KafkaBackfillJob, KafkaSourceJob, KafkaTopic
     from airflow_backfill.kafka.loopback_broker import LoopbackBroker
@@ -92,22 +98,26 @@ def main(argv: list[str] | None = None) -> int:
         # for warming the Kafka reader and the Delta writer, the second does not.
         plain_before = plain_read("plain-before")
         started = time.monotonic()
-        result = run_backfill(spark, backfill, poll_interval=0.5, timeout=3600)
+        backfilled = run_backfill(spark, backfill, poll_interval=0.5, timeout=3600)
         backfill_seconds = time.monotonic() - started
         plain_after = plain_read("plain-after")
         plain_seconds = (plain_before + plain_after) / 2
         rows = spark.read.format("delta").load(backfill.target).count()
         plain_rows = spark.read.format("delta").load(str(work / "plain-after")).count()
         spark.stop()
-        print(json.dumps({
+        result = {
+            "meta": run_record.finish_meta(meta, time.monotonic() - run_started),
             "records": args.records, "partitions": args.partitions, "parallelism": args.parallelism,
             "produce_seconds": round(produce_seconds, 1), "plain_read_seconds": [round(plain_before, 2),
                                                                                  round(plain_after, 2)],
+            "plain_read_mean_s": round(plain_seconds, 2),
             "source_backfill_seconds": round(backfill_seconds, 2),
-            "overhead": round(backfill_seconds / plain_seconds, 3), "rounds": result.round,
+            "overhead": round(backfill_seconds / plain_seconds, 3), "rounds": backfilled.round,
             "mv_rows": rows, "plain_rows": plain_rows,
-        }, indent=2))
-        return 0 if rows == plain_rows and result.finished else 1
+        }
+        print(json.dumps(result, indent=2))
+        print(f"wrote {run_record.write_result(result, args.output)}")
+        return 0 if rows == plain_rows and backfilled.finished else 1
     finally:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -11,7 +11,8 @@ repeat:
 - catch-up: after `--epochs` identical epochs on both upstreams, `run_catch_up` of each
   MV of that repeat (one round, lag threshold 0).
 
-Prints one JSON object with the medians and the S3 / local ratios. The S3 server is a
+Prints the run's JSON (the medians and the S3 / local ratios) and writes it into
+bench/results/, named by date and commit (`bench/run_record.py`). The S3 server is a
 single Python process on the same two cores, so the ratio is an upper bound of what the
 protocol costs, not a prediction for a real object store.
 """
@@ -36,13 +37,20 @@ QUERY = "SELECT order_id, customer_id, status, amount * quantity AS total FROM s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python bench/object_store.py", description=__doc__)
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--updates", type=int, default=500, help="updated orders per epoch (plus 1/5 inserts, deletes)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--output", default=None,
+                        help="JSON result file (default: bench/results/<date>-<time>-<commit>-object_store.json)")
     args = parser.parse_args(argv)
+    from bench import run_record
+
+    meta = run_record.run_meta("object_store", "object_store.py", argv)
+    run_started = time.monotonic()
 
     from airflow_backfill.engine.phases.catch_up import run_catch_up
     from airflow_backfill.engine.phases.snapshot import run_snapshot
@@ -100,11 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         return {"local_s": [round(t, 2) for t in times["local"]], "s3_s": [round(t, 2) for t in times["s3"]],
                 "local_median_s": round(local, 2), "s3_median_s": round(s3, 2), "s3_over_local": round(s3 / local, 2)}
 
-    print(json.dumps({
+    result = {
+        "meta": run_record.finish_meta(meta, time.monotonic() - run_started),
         "rows": args.rows, "epochs": args.epochs, "updates_per_epoch": args.updates, "repeats": args.repeats,
         "parallelism": args.parallelism, "load_seconds": round(load_seconds, 1), "load_average": os.getloadavg(),
         "snapshot": summary(snapshot), "catch_up": summary(catch_up),
-    }, indent=2))
+    }
+    print(json.dumps(result, indent=2))
+    print(f"wrote {run_record.write_result(result, args.output)}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """The TPC-H lineitem benchmark of airflow_backfill, in one command.
 
-    python bench/run.py [--scale 1] [--output bench/results.json] [--quick]
+    python bench/run.py [--scale 1] [--sections ...] [--quick] [--output FILE]
 
 Loads TPC-H `orders`/`lineitem` at the scale factor into a scratch folder (tpchgen-cli,
 nothing downloaded), then measures, each configuration in its own process:
@@ -17,7 +17,9 @@ nothing downloaded), then measures, each configuration in its own process:
 6. peak memory of every case;
 7. (`submit`) catch-up and a plain recompute each as its own spark-submit, as a DAG runs them.
 
-Prints a table, writes the JSON (see docs/benchmarks.md for what each figure means).
+Prints a table and writes the run's JSON into bench/results/, named by date and commit
+(`bench/run_record.py`); `python bench/table.py` then puts its figures into
+docs/benchmarks.md, which says what each one means.
 """
 
 from __future__ import annotations
@@ -25,12 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # `python bench/run.py` puts bench/, not the checkout, on the path
     sys.path.insert(0, ROOT)
 
-from bench import report  # noqa: E402
+from bench import report, run_record  # noqa: E402
 from bench.measure import stopwatch  # noqa: E402
 from bench.workload import WARM_UP_SCALE_FACTOR  # noqa: E402
 
@@ -60,7 +60,8 @@ class ChildRun:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
-    parser.add_argument("--output", default=os.path.join(ROOT, "bench", "results.json"), help="JSON result file")
+    parser.add_argument("--output", default=None,
+                        help="JSON result file (default: bench/results/<date>-<time>-<commit>-run.json)")
     parser.add_argument("--quick", action="store_true",
                         help="fewer freshness epochs, two shares of updated rows and the one-row round in the "
                              "catch-up section, the stateless MV alone in the submit section, sections grouped in "
@@ -207,44 +208,18 @@ def _submit_section(work_dir: str, tables: Any, args: argparse.Namespace) -> dic
     return section
 
 
-def machine() -> dict[str, Any]:
-    try:
-        import psutil
-
-        memory_gib = round(psutil.virtual_memory().total / 1024**3, 1)
-    except ImportError:
-        memory_gib = None
-    return {"cpus": os.cpu_count(), "memory_gib": memory_gib, "platform": platform.platform(),
-            "python": platform.python_version()}
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for package in ("pyspark", "deltalake", "tpchgen-cli", "apache-airflow"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "not installed"
-    return found
-
-
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     from airflow_backfill import tpch
 
     work_dir = os.path.abspath(args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-bench-"))
     os.makedirs(work_dir, exist_ok=True)
     meta: dict[str, Any] = {
+        **run_record.run_meta("run", "run.py", argv),
         "scale_factor": args.scale, "quick": args.quick, "sections": list(args.sections),
         "repeats": args.repeats, "backfill_parallelism": args.backfill_parallelism, "seed": args.seed,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_before": _load(), **machine(),
-        "versions": _versions(), "work_dir": work_dir,
+        "work_dir": work_dir,
     }
     print(f"[bench] scale factor {args.scale}, load {meta['load_before']}, work dir {work_dir}", flush=True)
     failed = False
@@ -269,15 +244,12 @@ def main(argv: list[str] | None = None) -> int:
             result["orchestration"] = orchestration
         if "submit" in args.sections:
             result["submit"] = _submit_section(work_dir, tables, args)
-    meta.update(seconds=round(elapsed(), 1), load_after=_load())
-    result = {"meta": meta, **result}
+    result = {"meta": run_record.finish_meta(meta, elapsed()), **result}
     failed = any(str(section.get("status", "")).startswith("failed") for section in result.values()
                  if isinstance(section, dict))
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as handle:
-        json.dump(result, handle, indent=2)
+    output = run_record.write_result(result, args.output)
     print(report.render(result))
-    print(f"[bench] wrote {args.output}")
+    print(f"[bench] wrote {output}; `python bench/table.py` updates docs/benchmarks.md from bench/results/")
     if not args.keep_work and not failed:
         shutil.rmtree(work_dir, ignore_errors=True)
     elif failed:

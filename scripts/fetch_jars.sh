@@ -14,13 +14,10 @@
 # at, so that a spark-submit run by hand loads them at launch too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/debian_packages.sh
 
 ensure_maven() {
-  if ! command -v mvn >/dev/null 2>&1; then
-    echo "== installing Maven (apt-get)"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
-  fi
+  command -v mvn >/dev/null 2>&1 || install_debian_packages "Maven, to fetch the pinned jars" maven
 }
 
 # fetch <pom> <lib> <drop jars pyspark ships: yes|no>

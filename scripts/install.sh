@@ -3,21 +3,19 @@
 # a .venv with the package, its test, demo, openlineage and s3 extras at the tested versions
 # (constraints-3.11.txt), the Delta and S3A jars, and an Airflow home with an initialised SQLite
 # database. The demo and test scripts run it first, so it must stay fast when nothing is missing.
+# Only the Debian packages need root (scripts/debian_packages.sh: sudo when not root, or a
+# message naming them); everything else lands in the checkout and the user's caches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/debian_packages.sh
 
-if ! command -v java >/dev/null 2>&1; then
-  echo "== installing the Java 17 runtime (apt-get)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless procps >/dev/null
-fi
-
-if ! command -v chromium >/dev/null 2>&1; then
-  # The UI plugin's browser test drives the system's Chromium through Playwright
-  # (Playwright never downloads a browser here).
-  echo "== installing Chromium (apt-get)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+missing=()
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless procps)
+# The UI plugin's browser test drives the system's Chromium through Playwright (Playwright
+# never downloads a browser here).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+  install_debian_packages "Java 17 for Spark, Chromium for the UI's browser test" "${missing[@]}"
 fi
 
 PYTHON=${PYTHON:-python3.11}

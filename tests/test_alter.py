@@ -63,7 +63,8 @@ def output_lines(capsys) -> list[str]:
     (["--rate-limit", "-10"], "argument --rate-limit: expected 1 row per second or more"),
     (["--rate-limit", "fast"], "argument --rate-limit: expected a whole number, got 'fast'"),
     (["--rate-limit", str(10**13)], "rate_limit must be between 1 and"),
-    ([], "nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S, --resume or --reset"),
+    ([], "nothing to alter: give --backfill-parallelism N, --rate-limit ROWS_PER_S, --max-round-epochs N, "
+          "--max-round-bytes BYTES, --resume or --reset"),
     (["--resume", "--rate-limit", "5"], "--resume lifts a pause and cannot be combined with --rate-limit"),
     (["--resume", "--reset"], "give --reset or --resume, not both"),
     (["--reset", "--backfill-parallelism", "4"], "--reset restores the job's own values and cannot be combined "

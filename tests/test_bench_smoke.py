@@ -156,6 +156,61 @@ def test_report_compares_each_catch_up_with_the_plain_recompute_and_its_floor() 
     assert q1[2:] == (">= 3.0x", "MISSED")
 
 
+def _write_run(folder: Path, name: str, meta: dict, **sections: object) -> None:
+    (folder / name).write_text(json.dumps({"meta": {"bench": "run", "command": "python bench/run.py",
+                                                     "commit": "abc1234", "scale_factor": 1.0, **meta}, **sections}))
+
+
+def test_the_table_shows_the_latest_full_run_of_each_rows_scale(tmp_path: Path) -> None:
+    from bench import table
+
+    refresh = {"aggregate": {"speedup": 4.0, "catch_up_median_s": 1.0, "plain_median_s": 4.0}}
+    _write_run(tmp_path, "a.json", {"started": "2026-11-30T10:00:00+0000", "date": "2026-11-30"}, refresh=refresh)
+    _write_run(tmp_path, "b.json", {"started": "2026-12-01T10:00:00+0000", "date": "2026-12-01", "commit": "def5678"},
+               refresh={"aggregate": {"speedup": 2.5, "catch_up_median_s": 2.0, "plain_median_s": 5.0}})
+    _write_run(tmp_path, "c.json", {"started": "2026-12-02T10:00:00+0000", "quick": True}, refresh=refresh)
+    _write_run(tmp_path, "d.json", {"started": "2026-12-03T10:00:00+0000", "scale_factor": 10.0}, refresh=refresh)
+    _write_run(tmp_path, "e.json", {"started": "2026-12-04T10:00:00+0000", "transcribed": "run Z"},
+               freshness={"median_s": 0.9, "p95_s": 4.0})
+    runs = table.load_runs(tmp_path)
+    q1 = table.ROWS_BY_ANCHOR["round-q1"]
+    run, figure = table.latest(q1, runs) or (None, None)
+    assert run is not None and run.path.name == "b.json"  # c is --quick, d of SF 10
+    assert figure == table.Figure("2.50x (2.00 s vs 5.00 s)", False)  # below the 3x target
+    run, figure = table.latest(table.ROWS_BY_ANCHOR["round-q1-sf10"], runs) or (None, None)
+    assert run is not None and run.path.name == "d.json" and figure is not None and figure.met is False
+    rows = table.figures_table(runs).splitlines()
+    q1_row = next(line for line in rows if 'id="round-q1"' in line)
+    assert "| 2.50x (2.00 s vs 5.00 s) | no | `python bench/run.py` | def5678 | 2026-12-01 |" in q1_row
+    freshness_row = next(line for line in rows if 'id="freshness"' in line)
+    assert "| median 0.90 s, p95 4.00 s | no |" in freshness_row and "abc1234" + table.TRANSCRIBED_MARK in freshness_row
+    assert "not measured yet" in next(line for line in rows if 'id="kafka"' in line)
+    assert "(`--quick`: not in the table)" in table.history_table(runs)
+
+
+def test_the_table_refuses_a_page_without_its_markers(tmp_path: Path) -> None:
+    from bench import table
+
+    page = tmp_path / "page.md"
+    with pytest.raises(ValueError, match="must hold the markers"):
+        table.replaced("no markers here", "figures", "| x |", page)
+    marked = f"before\n{table.marker('figures')}\nold\n{table.marker('figures', end=True)}\nafter\n"
+    assert table.replaced(marked, "figures", "new", page) == marked.replace("\nold\n", "\nnew\n")
+
+
+def test_a_runs_file_is_named_by_its_date_time_commit_and_benchmark(tmp_path: Path) -> None:
+    from bench import run_record
+
+    meta = run_record.run_meta("joins", "joins.py", ["--scale", "10", "--kinds", "q3 q3_rows"])
+    assert meta["command"] == "python bench/joins.py --scale 10 --kinds 'q3 q3_rows'"
+    path = run_record.write_result({"meta": {**meta, "started": "2026-12-01T09:05:00+0000"}},
+                                   tmp_path / "x.json")
+    assert json.loads(path.read_text())["meta"]["bench"] == "joins"
+    named = run_record.result_path({"started": "2026-12-01T09:05:00+0000", "commit": "abc1234", "bench": "joins"},
+                                   tmp_path)
+    assert named == tmp_path / "2026-12-01-0905-abc1234-joins.json"
+
+
 def _numbers(*values: object) -> bool:
     return all(isinstance(value, int | float) and not isinstance(value, bool) for value in values)
 
@@ -185,6 +240,24 @@ def test_quick_benchmark_reports_every_section(tmp_path: Path) -> None:
     result, stdout = quick_run(tmp_path, "snapshot_overhead,scaling,freshness,orchestration,catch_up,refresh,submit")
     _check_snapshot_freshness_and_orchestration(result, stdout)
     _check_rounds_against_a_plain_recompute(result, stdout)
+    _check_the_run_reaches_the_table(result, tmp_path / "results.json")
+
+
+def _check_the_run_reaches_the_table(result: dict, path: Path) -> None:
+    """The run says how to make it again, and bench/table.py reads its figures (a row of
+    its scale factor, as a full run's would be; `--quick` runs stay out of the table)."""
+    from bench import table
+
+    meta = result["meta"]
+    assert meta["bench"] == "run" and meta["command"].startswith("python bench/run.py --scale 0.002 --quick")
+    assert len(meta["commit"]) == 7 and isinstance(meta["dirty"], bool) and meta["date"] == meta["started"][:10]
+    runs = table.load_runs(path.parent)
+    assert [run.path for run in runs] == [path]
+    rows = [row for row in table.ROWS if row.bench == "run" and row.scale == 1.0]
+    figures = {row.anchor: row.read(result) for row in rows}
+    assert figures["round-stateless"] is not None and figures["round-one-row"] is not None
+    assert figures["freshness"] is not None and figures["freshness"].text.startswith("median ")
+    assert table.latest(rows[0], runs) is None  # quick, and of another scale: not a row's figure
 
 
 def _check_snapshot_freshness_and_orchestration(result: dict, stdout: str) -> None:

@@ -6,9 +6,11 @@
   folder of the page's own (`AIRFLOW_BACKFILL_HOME`, `AIRFLOW_HOME`); a failing command
   fails the check.
 - Job files the pages show load as jobs; one headed `# jobs/<file>` equals that file.
-- Relative links (and their `#anchors`) lead somewhere.
+- Relative links (and their `#anchors`, headings or `<a id>` tags) lead somewhere.
 
-How to mark a block: docs/contributing.md.
+What the pages name (job fields, CLI flags, `dag_run.conf` keys, round plans, commands'
+output, benchmark figures) is checked against the code in tests/test_docs_code.py. How to
+mark a block: docs/contributing.md.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from airflow_backfill.kafka.config import KafkaPipeline, load_kafka_pipeline
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 MARKER = re.compile(r"<!-- docs-check: (?:(run)|skip: (\S.*\S)) -->")
+OUTPUT_MARKER = "<!-- docs-check: output -->"
+"""Before a `console` block: its `$ ` commands run and print the lines shown (tests/test_docs_code.py)."""
 SHELL_LANGUAGES = ("bash", "sh", "shell")
 BLOCK_SECONDS = 300
 """A runnable block's limit: its commands must be bounded (small tables, --max-epochs)."""
@@ -88,16 +92,21 @@ def test_every_shell_block_is_marked_run_or_skip_with_a_reason():
                           "(docs/contributing.md):\n" + "\n".join(unmarked))
 
 
+def console_blocks(page: Path) -> list[Block]:
+    """The `console` blocks marked `<!-- docs-check: output -->`."""
+    return [block for block in fenced_blocks(page) if block.language == "console" and block.before == OUTPUT_MARKER]
+
+
 def test_every_marker_stands_before_a_shell_block():
-    marked = {(block.page, block.line - 1) for page in PAGES for block in shell_blocks(page)}
+    marked = {(block.page, block.line - 1) for page in PAGES for block in (*shell_blocks(page), *console_blocks(page))}
     stray = []
     for page in PAGES:
         inside = {line for block in fenced_blocks(page)
                   for line in range(block.line, block.line + block.text.count("\n") + 2)}
         for number, line in enumerate(page.read_text().splitlines(), start=1):
-            if "docs-check" in line and number not in inside and (page, number) not in marked:
+            if "<!-- docs-check" in line and number not in inside and (page, number) not in marked:
                 stray.append(f"{page.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not stray, "markers that mark no bash block:\n" + "\n".join(stray)
+    assert not stray, "markers that mark no bash block (nor an output marker a console block):\n" + "\n".join(stray)
 
 
 RUNNABLE_PAGES = [page for page in PAGES if any(block.runs for block in shell_blocks(page))]
@@ -162,13 +171,19 @@ def test_the_job_files_the_pages_show_load_and_equal_the_files_they_name(monkeyp
             assert job == on_disk, f"{block.where} shows {named.group(1)} otherwise than the file holds"
 
 
+HTML_ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
+
+
 def anchors(page: Path) -> set[str]:
-    """GitHub's anchors of the page's headings: lower case, punctuation dropped, spaces as '-'."""
+    """GitHub's anchors of the page's headings (lower case, punctuation dropped, spaces as
+    '-') and the `<a id="...">` tags of its text (a table row's, benchmarks.md)."""
     inside = {block.line + offset for block in fenced_blocks(page) for offset in range(block.text.count("\n") + 2)}
     lines = page.read_text().splitlines()
     headings = [line.lstrip("#").strip() for number, line in enumerate(lines, start=1)
                 if line.startswith("#") and number not in inside]
-    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+    tags = {tag for number, line in enumerate(lines, start=1) if number not in inside
+            for tag in HTML_ANCHOR.findall(line)}
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings} | tags
 
 
 def test_relative_links_lead_to_files_and_headings():

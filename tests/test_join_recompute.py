@@ -20,6 +20,7 @@ from test_joins import join_job, run_scenario
 import airflow_backfill.engine.joins.recompute as recompute_module
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.feed_readers import recorded_feed_readers
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.planning.round_plan import JOIN_ROUND, RECOMPUTE
@@ -46,6 +47,7 @@ def test_a_recompute_killed_at_each_fault_point_is_redone_once(spark, tmp_path, 
     rng = random.Random(31)
     job = join_job(tables, str(tmp_path / "mv"), STATELESS, round_plan="recompute")
     run_snapshot(spark, job)
+    assert recorded_feed_readers(job.target) == ["delta-spark"]  # a join's MV is created with its readers too
     killed_at_each_point_then_rerun(spark, job, tables, rng, monkeypatch, recompute_module,
                                     lambda: run_catch_up(spark, job))
     phases = [commit["airflow_backfill.phase"] for commit in mv_commits(job.target)]

@@ -26,6 +26,7 @@ from airflow_backfill.engine.delta.log import (
     read_watermark,
     table_exists,
 )
+from airflow_backfill.engine.feed_readers import recorded_feed_readers
 from airflow_backfill.engine.joins.watermarks import committed_vector, latest_epoch
 from airflow_backfill.engine.snapshot_chunks.progress import SnapshotProgress, load_progress
 
@@ -109,6 +110,9 @@ class JobStatus:
     upstreams: list[dict[str, Any]] = field(default_factory=list)
     """Per upstream: name, table, latest version, the version the MV reflects, pending
     epochs and lag seconds. For a join the single numbers above are sums over these."""
+    feed_readers: list[str] | None = None
+    """The readers that read the MV's change feed exactly, as its table property records
+    them (engine/feed_readers.py); None before the MV exists or when it predates the property."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -148,6 +152,7 @@ def job_status(job: BackfillJob) -> JobStatus:
         catch_up_rounds=list(progress.get("catch_up_rounds") or []),
         commits=mv_commits(job.target) if mv_version is not None else [],
         upstreams=upstreams,
+        feed_readers=recorded_feed_readers(job.target) if mv_version is not None else None,
     )
 
 
@@ -336,6 +341,8 @@ def format_status(status: JobStatus, *, now: float | None = None) -> str:
             f"epoch {commit.get('epoch', '-')}, parallelism {commit.get('parallelism', '-')}, "
             f"rows {commit.get('rows', '-')}" + _plan_text(commit.get("plan"))
         )
+    if status.feed_readers is not None:
+        lines.append(f"feed readers    {', '.join(status.feed_readers)} (read the MV's change feed exactly)")
     if status.control is not None and status.control.paused:
         lines.append("paused          rate limit 0: the backfill holds at its next chunk or round")
     if status.overrides:

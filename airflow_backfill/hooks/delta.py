@@ -143,6 +143,14 @@ class DeltaBackfillHook(BaseHook):
         self.register_storage()
         return table_vector(self.target, self.app_id, list(self.upstreams))
 
+    def feed_readers(self) -> list[str] | None:
+        """The readers that read the MV's change feed exactly, from its table property
+        (`airflow_backfill.feedReaders`); None before the MV exists or without the property."""
+        from airflow_backfill.engine.feed_readers import recorded_feed_readers
+
+        self.register_storage()
+        return recorded_feed_readers(self.target)
+
     def lag(self, reference_version: int | None = None) -> Lag:
         """The lag against `reference_version`, or against the upstream's latest version
         (a join: its upstreams' latest versions, and the lag of each)."""

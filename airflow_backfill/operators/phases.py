@@ -187,6 +187,7 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
         if job.is_join:
             extra["airflow_backfill.watermarks"] = DeltaBackfillHook.for_job(job).watermarks()
         extra.update(self.upstream_epochs(job))
+        extra["airflow_backfill.feed_readers"] = DeltaBackfillHook.for_job(job).feed_readers()
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 outlet_events[outlet].extra = dict(extra)

@@ -167,12 +167,19 @@ def test_forward_on_kill_stops_its_driver_within_the_timeout(job, tmp_path):
     assert process.wait(timeout=1) == 0
 
 
-def test_asset_events_carry_the_watermark(job, submitted):
+@pytest.mark.parametrize("recorded", [None, "delta-spark", "delta-spark,delta-rs"])
+def test_asset_events_carry_the_watermark_and_the_feed_readers(job, submitted, recorded):
     from collections import defaultdict
     from types import SimpleNamespace
 
+    from deltalake import DeltaTable
+
+    from airflow_backfill.engine.feed_readers import FEED_READERS_PROPERTY
     from airflow_backfill.task_group import mv_asset
 
+    write_mv_version(job.target, MV_ROWS, job.app_id, watermark=6)
+    if recorded is not None:  # as the engine creates an MV; None: an MV from before the property
+        DeltaTable(job.target).alter.set_table_properties({FEED_READERS_PROPERTY: recorded}, raise_if_not_exists=False)
     context = context_with()
     context["outlet_events"] = defaultdict(SimpleNamespace)
     asset = mv_asset(job)
@@ -180,6 +187,7 @@ def test_asset_events_carry_the_watermark(job, submitted):
     assert context["outlet_events"][asset].extra == {  # no upstream table: no upstream epochs, the commit stands
         "airflow_backfill.job": "orders_mv", "airflow_backfill.phase": "catch_up",
         "airflow_backfill.watermark": 7, "airflow_backfill.source": job.source,
+        "airflow_backfill.feed_readers": None if recorded is None else recorded.split(","),
     }
 
 

@@ -208,6 +208,11 @@ def test_a_job_through_its_three_phases_with_live_control(api_server, spark, ope
     assert read_overrides(job.target)["rate_limit"] == 0
     expect(page.get_by_test_id(f"phase-step-{name}-catch_up")).to_have_attribute("data-state", "current")
     expect(page.get_by_test_id(f"lag-chart-{name}")).to_be_visible()
+    for shown in pages.values():  # the right axis' label ends within the chart, none of it cut off
+        chart = shown.get_by_test_id(f"lag-chart-{name}").bounding_box()
+        label = shown.get_by_test_id(f"lag-chart-seconds-{name}").bounding_box()
+        assert chart and label and label["width"] > 0, (chart, label)
+        assert label["x"] + label["width"] <= chart["x"] + chart["width"], (label, chart)
     save_screenshots(pages, "catch_up", images)
     page.get_by_test_id(f"resume-{name}").click()
     expect(message).to_contain_text("rate limit 40 rows/s (override)")

@@ -21,6 +21,7 @@ from airflow_backfill.engine.commit_after import commit_after
 from airflow_backfill.engine.delta.commits import append
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.feed_readers import feed_reader_properties
 from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, state_dir
 from airflow_backfill.engine.planning import aggregate_sql
 from airflow_backfill.storage import files
@@ -94,7 +95,8 @@ def commit_aggregate_snapshot(
 
         def write_mv(before_commit: Callable[[], None]) -> None:
             append(frame.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
-                   user_metadata=mv_info.user_metadata(job), create=True, before_commit=before_commit)
+                   user_metadata=mv_info.user_metadata(job), create=True, before_commit=before_commit,
+                   table_properties=feed_reader_properties(job))
 
         commit_after(write_state, write_mv, lambda: maybe_crash(PHASE_SNAPSHOT, "after_state_commit"))
     finally:

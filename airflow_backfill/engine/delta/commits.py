@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -107,15 +107,17 @@ class CommitInfo:
 
 def append(
     frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
-    before_commit: Callable[[], None] | None = None,
+    before_commit: Callable[[], None] | None = None, table_properties: Mapping[str, str] | None = None,
 ) -> bool:
     """Append `frame` to the Delta table at `uri` (created when `create`, with
-    `TABLE_PROPERTIES`) in one idempotent commit; False (nothing written) when the table
-    already has transaction `version`. `before_commit`: as `write_with_watermark`'s."""
+    `TABLE_PROPERTIES` and `table_properties`) in one idempotent commit; False (nothing
+    written) when the table already has transaction `version`. `before_commit`: as
+    `write_with_watermark`'s."""
     ensure_held(uri)
     return write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=app_id, version=version,
                                 user_metadata=user_metadata, before_commit=before_commit,
-                                new_table_properties=TABLE_PROPERTIES if create else None)
+                                new_table_properties={**TABLE_PROPERTIES, **(table_properties or {})} if create
+                                else None)
 
 
 def commit_watermark_only(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:

@@ -29,6 +29,7 @@ from airflow_backfill.engine.delta.commits import CommitInfo, append
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.feed_readers import feed_reader_properties
 from airflow_backfill.engine.joins.recompute import repeated_join_key
 from airflow_backfill.engine.joins.relation import chunk_joined, flat_rows, flat_schema, reader
 from airflow_backfill.engine.joins.rounds import check_upstreams, join_plan
@@ -221,7 +222,7 @@ def _create_in_one_commit(spark: SparkSession, job: BackfillJob, plan: JoinPlan,
         info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=settings.backfill_parallelism, rows=count,
                           extra=metadata)
         append(rows.coalesce(settings.backfill_parallelism), job.target, app_id=job.app_id, version=progress.epoch,
-               user_metadata=info.user_metadata(job), create=True)
+               user_metadata=info.user_metadata(job), create=True, table_properties=feed_reader_properties(job))
     finally:
         rows.unpersist()
     progress.done[0] = DoneChunk(index=0, rows_in=progress.rows_total, rows_out=count,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.feed_readers import record_feed_readers
 from airflow_backfill.engine.phases.rounds import Rounds, rounds_for
 from airflow_backfill.engine.writer_lock import writer_lock
 
@@ -64,6 +65,7 @@ def _forward(
     spark: SparkSession, job: BackfillJob, upstreams: Rounds, parallelism: int,
     bounds: ForwardBounds, stop: threading.Event,
 ) -> ForwardResult:
+    record_feed_readers(spark, job)
     start = watermark = upstreams.watermark()
     job_state.update_state(job.target, phase=job_state.PHASE_FORWARD, state=job_state.STATE_CREATED,
                            parallelism=parallelism)

@@ -74,7 +74,7 @@ _CORRECTION_BOUNDS = (0.2, 5.0)
 @dataclass(frozen=True)
 class Rates:
     """Seconds per round and per row of each part of a round, on a 2-core machine at
-    parallelism 2 (docs/benchmarks.md, "How a round is planned"). Corrections from the
+    parallelism 2 (docs/round-plans.md, "The estimates"; the runs in docs/benchmarks.md). Corrections from the
     job's own rounds scale them to the machine at hand."""
 
     fixed: Mapping[str, float] = field(default_factory=lambda: {

@@ -40,6 +40,7 @@ from airflow_backfill.engine.delta.log import (
     table_exists,
 )
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.feed_readers import feed_reader_properties
 from airflow_backfill.engine.rate_limit import pace
 from airflow_backfill.engine.rounds.changes import apply_query
 from airflow_backfill.engine.snapshot_chunks.plan import Chunk
@@ -153,7 +154,8 @@ def run_chunk(
              "parallelism": str(settings.backfill_parallelism), "run_id": run_id}
     append(rows.coalesce(settings.backfill_parallelism), uri, app_id=snapshot_app_id(job.app_id),
            version=chunk.index + 1, create=not table_exists(uri),
-           user_metadata=json.dumps({METADATA_PREFIX + key: value for key, value in facts.items()}))
+           user_metadata=json.dumps({METADATA_PREFIX + key: value for key, value in facts.items()}),
+           table_properties=feed_reader_properties(job) if uri == job.target else None)
     progress.done[chunk.index] = DoneChunk(
         index=chunk.index, rows_in=chunk.rows, rows_out=rows_written(uri),
         seconds=round(time.monotonic() - started, 3), parallelism=settings.backfill_parallelism, run_id=run_id,
@@ -242,7 +244,7 @@ def commit_snapshot(
                               user_metadata=info.user_metadata(job))
     else:  # an empty upstream: no chunk created the table
         append(spark.createDataFrame([], schema), job.target, app_id=job.app_id, version=progress.epoch,
-               user_metadata=info.user_metadata(job), create=True)
+               user_metadata=info.user_metadata(job), create=True, table_properties=feed_reader_properties(job))
     log.info("created MV %s at epoch %s with %s rows", job.target, progress.epoch, rows)
     maybe_crash(PHASE, "after_commit")
     return rows
