@@ -225,10 +225,24 @@ def test_the_allowed_conf_keys_of_the_airflow_page_are_the_overrides():
 
 
 def conf_examples() -> Iterator[tuple[str, str]]:
+    """Every `--conf` a page gives a backfill DAG (one whose file builds a backfill task
+    group: other DAGs, such as a reader's, declare params of their own)."""
     for page in PAGES:
         for where, snippet in code_snippets(page):
-            for match in re.finditer(r"--conf '(\{.*?\})'", snippet):
-                yield where, match.group(1)
+            for match in re.finditer(r"dags (?:test|trigger) (\S+)[^\n]*?--conf '(\{.*?\})'", snippet):
+                if backfill_dag(match.group(1)):
+                    yield where, match.group(2)
+
+
+def backfill_dag(dag_id: str) -> bool:
+    """Whether the DAG file under dags/ that declares `dag_id` builds a backfill task group
+    (an unknown DAG counts as one, so that a page's typo is still checked)."""
+    declared = re.compile(rf"""dag_id=["']{re.escape(dag_id)}["']|^\s*["']{re.escape(dag_id)}["']""", re.M)
+    for path in (ROOT / "dags").glob("*.py"):
+        for block in path.read_text().split("with DAG(")[1:]:  # one DAG's body each
+            if declared.search(block.split(")", 1)[0] + ")"):
+                return "backfill_task_group(" in block
+    return True
 
 
 def test_every_conf_the_pages_show_is_accepted():
