@@ -427,3 +427,24 @@ def test_each_page_links_a_glossary_term_where_it_first_uses_it():
                 line = prose.count("\n", 0, first.start()) + 1
                 unlinked.append(f"{page.relative_to(ROOT)}:{line}: {first.group(0)!r} (glossary.md#{anchor})")
     assert not unlinked, "first uses of a glossary term without a link to it:\n" + "\n".join(unlinked)
+
+
+# ---- size thresholds ---------------------------------------------------------------------
+
+
+def test_the_sizes_page_lists_every_threshold_with_its_value():
+    """docs/sizes.md has one row per field of `engine/sizes.Sizes`, with its default."""
+    from airflow_backfill.engine.sizes import Sizes
+
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+) \|", (ROOT / "docs" / "sizes.md").read_text(), re.M))
+
+    def shown(value: float) -> str:
+        if isinstance(value, float):
+            return f"{value:g}"
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+            if value >= size and value % size == 0:
+                return f"{value // size} {unit}"
+        return f"{value:,}"
+
+    expected = {field.name: shown(field.default) for field in dataclasses.fields(Sizes)}
+    assert {name: value.strip() for name, value in rows.items()} == expected

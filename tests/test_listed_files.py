@@ -12,9 +12,10 @@ from deltalake import DeltaTable, QueryBuilder
 
 from airflow_backfill.engine.delta import transaction_write
 from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES
-from airflow_backfill.engine.delta.listed_files import latest_snapshot, listed_files, read_table
+from airflow_backfill.engine.delta.listed_files import listed_files, read_table
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.delta.transaction_write import APPEND, OVERWRITE, write_with_watermark
+from airflow_backfill.engine.internals import latest_snapshot
 from airflow_backfill.engine.sizes import sizes
 
 pytestmark = pytest.mark.spark

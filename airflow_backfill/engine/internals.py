@@ -10,11 +10,17 @@ docs/contributing.md lists each entry point with the public API that would repla
 
 from __future__ import annotations
 
+import functools
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 
 class InternalsChanged(RuntimeError):
@@ -101,6 +107,263 @@ def arrow_local_relation_threshold(spark: SparkSession) -> int:
                      lambda: spark._jsparkSession.sessionState().conf().arrowLocalRelationThreshold()))
 
 
+# ---- Delta: logs, snapshots and the file lists of checksums ------------------------------
+
+
+def delta_log(spark: SparkSession, uri: str) -> Any:
+    """Delta's log of the table at `uri` (`DeltaLog.forTable`, cached per JVM)."""
+    jvm: Any = spark._jvm
+    return _call("DeltaLog.forTable", jvm.org.apache.spark.sql.delta.DeltaLog.forTable, spark._jsparkSession, uri)
+
+
+def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    """Delta's log of the table at `uri` and its latest snapshot, without rebuilding the
+    table's state (`DeltaLog.update`)."""
+    jvm: Any = spark._jvm
+    log = delta_log(spark, uri)
+    none = jvm.scala.Option.apply(None)
+    return log, _call("DeltaLog.update", log.update, False, none, none)
+
+
+def snapshot_version(snapshot: Any) -> int:
+    return int(_call("Snapshot.version", snapshot.version))
+
+
+def plain_layout(snapshot: Any) -> bool:
+    """Whether the table is neither partitioned nor maps column names (`Metadata`)."""
+    metadata = _call("Snapshot.metadata", snapshot.metadata)
+    partitioned = not _call("Metadata.partitionColumns", metadata.partitionColumns).isEmpty()
+    mapping = str(_call("Metadata.columnMappingMode", lambda: metadata.columnMappingMode().name()))
+    return not partitioned and mapping == "none"
+
+
+def checksum_files(snapshot: Any) -> tuple[Any, int] | None:
+    """The live files the snapshot's checksum lists (`VersionChecksum.allFiles`, a Scala
+    `Seq[AddFile]`) and how many; None when it lists none."""
+    checksum = _call("Snapshot.checksumOpt", snapshot.checksumOpt)
+    if not checksum.isDefined():
+        return None
+    files = _call("VersionChecksum.allFiles", lambda: checksum.get().allFiles())
+    return (files.get(), int(files.get().size())) if files.isDefined() else None
+
+
+def files_frame(spark: SparkSession, log: Any, snapshot: Any, files: Any) -> DataFrame:
+    """The table's rows in exactly `files` (`DeltaLog.createDataFrame`: deletion vectors and
+    column types applied as Delta's reader applies them)."""
+    from pyspark.sql import DataFrame
+
+    jvm: Any = spark._jvm
+    none = jvm.scala.Option.apply(None)
+    return DataFrame(_call("DeltaLog.createDataFrame", log.createDataFrame, snapshot, files, False, none), spark)
+
+
+def added_file(added: Any) -> tuple[str, bool, str | None]:
+    """An `AddFile`'s path, whether it has a deletion vector, and its statistics' JSON."""
+    return (str(_call("AddFile.path", added.path)), _call("AddFile.deletionVector", added.deletionVector) is not None,
+            _call("AddFile.stats", added.stats))
+
+
+def table_properties(snapshot: Any) -> dict[str, str]:
+    """The table's properties (`Metadata.configuration`)."""
+    configuration = _call("Metadata.configuration", lambda: snapshot.metadata().configuration())
+    return {str(key): str(configuration.get(key).get()) for key in scala_items(configuration.keys())}
+
+
+def table_schema_json(snapshot: Any) -> str:
+    """The table's schema as Spark's JSON (`Snapshot.schema`)."""
+    return str(_call("Snapshot.schema", lambda: snapshot.schema().json()))
+
+
+# ---- Delta: a transaction of the engine's own ---------------------------------------------
+
+
+class DeltaTransaction:
+    """Delta's `OptimisticTransaction` on one table, opened, written to and committed by the
+    engine itself (`delta/transaction_write.py` says why): its conflict checks are Delta's."""
+
+    def __init__(self, spark: SparkSession, uri: str, app_id: str) -> None:
+        self._spark = spark
+        self._jvm: Any = spark._jvm
+        self.log = delta_log(spark, uri)
+        self._java = _call("DeltaLog.startTransaction", self.log.startTransaction)
+        _call("OptimisticTransaction.readTxn", lambda: self._java.readTxn().append(app_id))  # commits of app_id conflict
+        self.creating = int(_call("OptimisticTransaction.readVersion", self._java.readVersion)) < 0
+
+    @property
+    def snapshot(self) -> Any:
+        return _call("OptimisticTransaction.snapshot", self._java.snapshot)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """The transaction as the session's active one, as Delta's own commands set theirs:
+        the write's scans register their reads with it."""
+        delta = self._jvm.org.apache.spark.sql.delta
+        active = _call("OptimisticTransaction$.MODULE$", lambda: getattr(getattr(delta, "OptimisticTransaction$"),
+                                                                       "MODULE$"))
+        _call("OptimisticTransaction.setActive", active.setActive, self._java)
+        try:
+            yield
+        finally:
+            active.clearActive()
+
+    def read_whole_table(self) -> None:
+        """Count the whole table as read: any concurrent commit of files conflicts."""
+        _call("OptimisticTransaction.readWholeTable", self._java.readWholeTable)
+
+    def write_files(self, frame: DataFrame) -> list[Any]:
+        """Write `frame` as data files of the table (`TransactionalWrite.writeFiles`); their actions."""
+        return list(scala_items(_call("OptimisticTransaction.writeFiles", self._java.writeFiles, java_plan(frame))))
+
+    def write_into_delta(self, mode: str, options: Mapping[str, str], properties: Mapping[str, str],
+                         frame: DataFrame) -> tuple[Any, Any]:
+        """Delta's own write command for `frame` (`WriteIntoDelta.writeAndReturnCommitData`:
+        appends, overwrites, `replaceWhere`, `replaceOn`) in this transaction; its actions
+        and tags, not committed."""
+        delta = self._jvm.org.apache.spark.sql.delta
+        jspark = self._spark._jsparkSession
+        none = self._jvm.scala.Option.apply(None)
+        configuration = self.string_map({})
+        if self.creating:  # what Delta's data source makes of `delta.*` writer options
+            configuration = _call("DeltaConfigs.validateConfigurations", getattr(
+                getattr(delta, "DeltaConfigs$"), "MODULE$").validateConfigurations, self.string_map(properties))
+        delta_options = _call("DeltaOptions", delta.DeltaOptions, self.string_map(options), jspark.sessionState().conf())
+        command = _call("WriteIntoDelta", delta.commands.WriteIntoDelta, self.log, self._save_mode(mode),
+                        delta_options, self.sequence([]), configuration, java_plan(frame), none, none, False)
+        written = _call("WriteIntoDelta.writeAndReturnCommitData", command.writeAndReturnCommitData, self._java,
+                        jspark, none, False)
+        return written.actions(), written.stringTags()
+
+    def added(self, add: Mapping[str, Any]) -> Any:
+        """An add action from its JSON form (`Action.fromJson`)."""
+        action = self._jvm.org.apache.spark.sql.delta.actions.Action
+        return _call("Action.fromJson", action.fromJson, json.dumps({"add": dict(add)}))
+
+    @staticmethod
+    def removed(added: Any, timestamp_ms: int) -> Any:
+        """The remove action of a live file (`AddFile.removeWithTimestamp`, data changed)."""
+        return _call("AddFile.removeWithTimestamp", added.removeWithTimestamp, timestamp_ms, True)
+
+    def rows_meeting(self, files: Any, condition: str, alias: str) -> list[tuple[Any, bool, Any]]:
+        """The files of `files` holding rows that meet `condition` (SQL over the table named
+        `alias`), found by Delta's own scan for a DELETE with deletion vectors
+        (`DMLWithDeletionVectorsHelper.findTouchedFiles`, which writes their new vectors):
+        per file, its `AddFile`, whether every row meets it, and its new deletion vector."""
+        delta = self._jvm.org.apache.spark.sql.delta
+        jspark = self._spark._jsparkSession
+        snapshot = self.snapshot
+        index = _call("TahoeBatchFileIndex", delta.files.TahoeBatchFileIndex, jspark, "delete", files, self.log,
+                      self.log.dataPath(), snapshot, False)
+        table = files_frame(self._spark, self.log, snapshot, files)
+        matching = analyzed_plan(table.alias(alias).filter(condition))  # Filter(condition, table)
+        helper = _call("DMLWithDeletionVectorsHelper$.MODULE$", lambda: getattr(
+            getattr(delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$"))
+        scan = _call("DMLWithDeletionVectorsHelper.createTargetDfForScanningForMatches",
+                     helper.createTargetDfForScanningForMatches, jspark, matching.child(), index)
+        touched = _call("DMLWithDeletionVectorsHelper.findTouchedFiles", helper.findTouchedFiles, jspark, self._java,
+                        True, self.log, scan, index, matching.condition(), "DELETE")
+        return [(file.fileLogEntry(), bool(file.isFullyReplaced()), file.newDeletionVector())
+                for file in scala_items(touched)]
+
+    @staticmethod
+    def without_rows(added: Any, vector: Any) -> tuple[Any, Any]:
+        """A file with `vector` marking its removed rows (`AddFile.removeRows`): the file
+        again with its new vector and its statistics' bounds marked wide, and the removal
+        of the file as it was."""
+        pair = _call("AddFile.removeRows", added.removeRows, vector, True, True)
+        return pair._1(), pair._2()
+
+    def write_operation(self, mode: str, predicate: str | None, user_metadata: str, replace_on: str | None) -> Any:
+        """The commit's operation, as Delta's writer records it (`DeltaOperations.Write`)."""
+        option = self._jvm.scala.Option
+        none = option.apply(None)
+        write = getattr(self._jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")
+        return _call("DeltaOperations.Write", write, self._save_mode(mode), option.apply(self.sequence([])),
+                     option.apply(predicate), option.apply(user_metadata), none, none, none, option.apply(replace_on),
+                     none)
+
+    def commit(self, actions: Any, operation: Any, tags: Any, app_id: str, version: int) -> None:
+        """Commit `actions` with the app transaction (`app_id`, `version`) in one log entry."""
+        now = self._jvm.java.lang.Long.valueOf(int(time.time() * 1000))
+        _call("OptimisticTransaction.updateSetTransaction", self._java.updateSetTransaction, app_id, version,
+              self._jvm.scala.Option.apply(now))
+        _call("OptimisticTransaction.commit", self._java.commit, actions, operation, tags)
+
+    def sequence(self, items: Iterable[Any]) -> Any:
+        """A Scala `Seq` of `items`."""
+        listed = self._jvm.java.util.ArrayList()
+        for item in items:
+            listed.add(item)
+        return _call("PythonUtils.toSeq", self._jvm.org.apache.spark.api.python.PythonUtils.toSeq, listed)
+
+    def string_map(self, values: Mapping[str, str]) -> Any:
+        """A Scala `Map[String, String]`."""
+        return _call("PythonUtils.toScalaMap", self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap,
+                     dict(values))
+
+    def _save_mode(self, mode: str) -> Any:
+        return getattr(self._jvm.org.apache.spark.sql.SaveMode, mode)
+
+
+# ---- PySpark: the DataFrame of a Java plan --------------------------------------------------
+
+
+def deferred_local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+    """Arrow rows as a DataFrame whose local relation reaches the JVM only when Spark first
+    needs it: every DataFrame method reaches the JVM through PySpark's `_jdf`, which this
+    subclass of PySpark's classic DataFrame makes on first use. Why: a round passes its
+    small intermediate results from step to step as local relations, and most steps read
+    them back as Arrow without asking Spark anything; handing rows to the JVM costs about
+    0.15 s per 100,000 rows of a few columns (0.6 - 0.9 s of a TPC-H Q3 round at SF 10)."""
+    return _call("pyspark.sql.classic.dataframe.DataFrame", lambda: _deferred_class()(spark, table, schema))
+
+
+def is_deferred(frame: DataFrame) -> bool:
+    """Whether `frame` is a `deferred_local_relation` whose rows have not reached the JVM."""
+    return bool(getattr(frame, "deferred", False)) and type(frame).__name__ == "DeferredLocalRelation"
+
+
+@functools.cache
+def _deferred_class() -> type:
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+    class DeferredLocalRelation(ClassicDataFrame):
+        def __init__(self, spark: SparkSession, table: pa.Table, schema: StructType) -> None:
+            self._rows: tuple[pa.Table, StructType] | None = (table, schema)
+            self._made: Any = None
+            super().__init__(None, spark)  # type: ignore[arg-type]
+            self.__dict__["schema"] = schema  # DataFrame.schema is a cached property: no JVM call
+
+        @property  # type: ignore[override]
+        def _jdf(self) -> Any:
+            if self._made is None:
+                assert self._rows is not None
+                table, schema = self._rows
+                self._made = self._session.createDataFrame(table, schema=schema)._jdf
+                self._rows = None
+            return self._made
+
+        @_jdf.setter
+        def _jdf(self, value: Any) -> None:
+            if value is not None:  # DataFrame.__init__ sets None: the relation is not made yet
+                self._made = value
+
+        @property
+        def deferred(self) -> bool:
+            return self._made is None
+
+        def unpersist(self, blocking: bool = False) -> Any:
+            """Nothing to release before the relation is made."""
+            return self if self._made is None else super().unpersist(blocking)
+
+    return DeferredLocalRelation
+
+
+def hadoop_configuration(spark: SparkSession) -> Any:
+    """The session's Hadoop configuration (`SparkContext._jsc.hadoopConfiguration`), where
+    S3A's settings live."""
+    return _call("SparkContext._jsc", lambda: spark.sparkContext._jsc.hadoopConfiguration())
+
+
 # ---- the JVM ---------------------------------------------------------------------------
 
 
@@ -114,6 +377,29 @@ def set_default_time_zone(spark: SparkSession, zone: str) -> str:
     time_zone.setDefault(time_zone.getTimeZone(zone))
     _call("System.setProperty", jvm.java.lang.System.setProperty, "user.timezone", zone)
     return before
+
+
+def quiet_loggers(spark: SparkSession, names: Iterable[str]) -> None:
+    """Set the driver's log4j loggers `names` to ERROR (log4j 2's `Configurator`)."""
+    jvm: Any = spark._jvm
+    error = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in names:
+        _call("Configurator.setLevel", jvm.org.apache.logging.log4j.core.config.Configurator.setLevel, name, error)
+
+
+def missing_class(spark: SparkSession, name: str) -> str | None:
+    """None when the driver JVM loads the class `name`; the JVM's message when it answers
+    that the class is not there. Any other failure is raised as it is."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm: Any = spark._jvm
+    try:
+        jvm.java.lang.Class.forName(name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    except Py4JJavaError as error:
+        if error.java_exception.getClass().getName() != "java.lang.ClassNotFoundException":
+            raise
+        return str(error.java_exception.toString())
+    return None
 
 
 def scala_items(sequence: Any) -> Any:

@@ -7,11 +7,11 @@ import os
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.arrow_types import TIME_ZONE
 from airflow_backfill.engine.delta.jars import delta_spark_conf
-from airflow_backfill.engine.internals import set_default_time_zone
+from airflow_backfill.engine.internals import missing_class, quiet_loggers, set_default_time_zone
 from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.engine.sizes import sizes
@@ -106,7 +106,7 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _in_utc(session)
-    _quiet_loggers(session)
+    quiet_loggers(session, QUIET_LOGGERS)
     _require_delta(session)
     configure_s3a_from_environment(session)
     log.info("spark session master=%s parallelism=%s", master, parallelism)
@@ -177,14 +177,6 @@ def _in_utc(session: SparkSession) -> None:
         log.info("driver JVM moved from the default time zone %s to %s", before, TIME_ZONE)
 
 
-def _quiet_loggers(session: SparkSession) -> None:
-    """Set the driver's `QUIET_LOGGERS` to ERROR (log4j 2, the logging Spark ships)."""
-    jvm: Any = session._jvm  # type: ignore[attr-defined]
-    error = jvm.org.apache.logging.log4j.Level.ERROR
-    for name in QUIET_LOGGERS:
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, error)
-
-
 def _require_delta(session: SparkSession) -> None:
     """Fail with the fix when the driver cannot load Delta Lake's classes.
 
@@ -193,17 +185,11 @@ def _require_delta(session: SparkSession) -> None:
     class is missing means that; any other failure (the gateway to the JVM lost, say) is
     raised as it is.
     """
-    from py4j.protocol import Py4JJavaError
-
-    jvm: Any = session._jvm  # type: ignore[attr-defined]
-    try:
-        jvm.java.lang.Class.forName(DELTA_CLASS, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
-    except Py4JJavaError as error:
-        if error.java_exception.getClass().getName() != "java.lang.ClassNotFoundException":
-            raise  # the JVM answered with another failure: it says what that is
+    missing = missing_class(session, DELTA_CLASS)  # another failure of the JVM is raised as it is
+    if missing is not None:
         raise BackfillConfigError(
             "Delta Lake's Spark connector is not on this Spark driver's classpath. Give spark-submit the "
             "Delta settings at launch: the phase operators do; by hand, `source scripts/env.sh` (its "
             "SPARK_CONF_DIR holds them) or pass `--properties-file jars/conf/spark-defaults.conf`. "
-            f"(The JVM: {error.java_exception.toString()})"
-        ) from None
+            f"(The JVM: {missing})"
+        )

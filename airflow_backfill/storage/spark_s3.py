@@ -8,7 +8,7 @@ reach them without appearing in a process list or the Spark UI's command line.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_backfill.storage.s3_settings import S3Settings
 
@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 
 def configure_s3a(session: SparkSession, settings: S3Settings) -> None:
     """Point S3A (serving `s3://` and `s3a://`) at the store described by `settings`."""
-    hadoop: Any = session.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    from airflow_backfill.engine.internals import hadoop_configuration
+
+    hadoop = hadoop_configuration(session)
     for key, value in settings.hadoop_conf(with_secrets=True).items():
         hadoop.set(key, value)
     log.info("S3 settings for Spark: %r", settings)

@@ -21,6 +21,8 @@ from airflow_backfill.engine.delta.log import load_table, spark_schema
 from airflow_backfill.engine.internals import (
     analyzed_plan,
     arrow_local_relation_threshold,
+    deferred_local_relation,
+    is_deferred,
     leaf_kinds,
     local_relation_rows,
     local_rows_as_arrow,
@@ -113,12 +115,10 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     them locally (beyond `spark.sql.execution.arrow.localRelationThreshold`).
 
     Rows of at most `sizes.deferred_bytes` are handed to the JVM only when Spark first needs
-    them (`deferred_relation.DeferredLocalRelation`): most of a round's local relations
+    them (`internals.deferred_local_relation`): most of a round's local relations
     are read back as Arrow by the next step and never reach Spark."""
     if table.column_names == schema.names and table.nbytes <= _deferred_limit(spark):
-        from airflow_backfill.engine.delta.deferred_relation import DeferredLocalRelation
-
-        deferred = DeferredLocalRelation(spark, table, schema)
+        deferred = deferred_local_relation(spark, table, schema)
         _ARROW_OF[deferred] = table
         return deferred
     local = spark.createDataFrame(table, schema=schema)
@@ -148,9 +148,7 @@ def is_local(frame: DataFrame) -> bool:
     before it is optimized: optimizing a scan of a Delta table plans the scan, whose file
     skipping and deletion-vector lookups are Spark jobs (0.5 s for a join round's changes
     at TPC-H SF 1), and that optimized plan is not the one the frame later runs."""
-    from airflow_backfill.engine.delta.deferred_relation import DeferredLocalRelation
-
-    if isinstance(frame, DeferredLocalRelation) and frame.deferred:  # not in the JVM yet
+    if is_deferred(frame):  # not in the JVM yet
         return True
     if any(kind not in _LOCAL_LEAVES for kind in leaf_kinds(analyzed_plan(frame))):
         return False

@@ -30,13 +30,21 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+from airflow_backfill.engine.internals import (
+    added_file,
+    checksum_files,
+    files_frame,
+    latest_snapshot,
+    plain_layout,
+    scala_items,
+    snapshot_version,
+)
 from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -48,24 +56,12 @@ def read_table(spark: SparkSession, uri: str, version: int | None = None) -> Dat
     """The Delta table at `uri` as of `version` (None: its latest version), pinned to that
     version's files: from the checksum's file list when the version is the latest and its
     checksum lists its files, else through Delta's reader."""
-    from pyspark.sql import DataFrame
-
-    delta_log, snapshot = latest_snapshot(spark, uri)
-    files = listed_files(snapshot) if version is None or snapshot.version() == version else None
+    log, snapshot = latest_snapshot(spark, uri)
+    files = listed_files(snapshot) if version is None or snapshot_version(snapshot) == version else None
     if files is None:
-        pinned = snapshot.version() if version is None else version
+        pinned = snapshot_version(snapshot) if version is None else version
         return spark.read.format("delta").option("versionAsOf", pinned).load(uri)
-    none = spark._jvm.scala.Option.apply(None)  # type: ignore[union-attr]
-    return DataFrame(delta_log.createDataFrame(snapshot, files, False, none), spark)
-
-
-def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
-    """Delta's log of the table at `uri` and its latest snapshot (no state rebuilt)."""
-    jvm = spark._jvm
-    assert jvm is not None
-    delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
-    none = jvm.scala.Option.apply(None)
-    return delta_log, delta_log.update(False, none, none)
+    return files_frame(spark, log, snapshot, files)
 
 
 def listed_files(snapshot: Any) -> Any | None:
@@ -73,16 +69,12 @@ def listed_files(snapshot: Any) -> Any | None:
     None when it lists none or more than `sizes.listed_files`, or when the table is
     partitioned or maps column names (cases the overwrite in `transaction_write` leaves to
     Delta's own writer)."""
-    metadata = snapshot.metadata()
-    if not metadata.partitionColumns().isEmpty() or metadata.columnMappingMode().name() != "none":
+    if not plain_layout(snapshot):
         return None
-    checksum = snapshot.checksumOpt()
-    if not checksum.isDefined():
+    listed = checksum_files(snapshot)
+    if listed is None or listed[1] > sizes().listed_files:
         return None
-    files = checksum.get().allFiles()
-    if not files.isDefined() or files.get().size() > sizes().listed_files:
-        return None
-    return files.get()
+    return listed[0]
 
 
 def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: StructType) -> pa.Table | None:
@@ -93,10 +85,8 @@ def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: Stru
     import pyarrow as pa
     from pyspark.errors import PySparkException
 
-    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
-
     _, snapshot = latest_snapshot(spark, uri)
-    listed = listed_files(snapshot) if version is None or snapshot.version() == version else None
+    listed = listed_files(snapshot) if version is None or snapshot_version(snapshot) == version else None
     if listed is None:
         return None
     try:
@@ -105,9 +95,10 @@ def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: Stru
         return None
     parts = []
     for added in scala_items(listed):
-        if added.deletionVector() is not None:
+        path, has_vector, _ = added_file(added)
+        if has_vector:
             return None
-        path = unquote(added.path())
+        path = unquote(path)
         read = files.read_parquet_columns(path if "://" in path else join(uri, path), schema.names)
         try:
             parts.append(pa.table([read.column(name).cast(field.type) for name, field in zip(
@@ -116,10 +107,3 @@ def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: Stru
             log.info("rows of %s left to Spark: %s", uri, error)
             return None
     return pa.concat_tables(parts) if parts else target.empty_table()
-
-
-def scala_items(sequence: Any) -> Iterator[Any]:
-    """The items of a Scala collection reached through py4j (a `Seq[AddFile]`, say)."""
-    iterator = sequence.iterator()
-    while iterator.hasNext():
-        yield iterator.next()

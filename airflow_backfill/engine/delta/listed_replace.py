@@ -28,59 +28,44 @@ import json
 import time
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.listed_files import scala_items
 from airflow_backfill.engine.delta.log import DELETION_VECTORS_PROPERTY
+from airflow_backfill.engine.internals import DeltaTransaction, added_file, scala_items, table_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-def replace_listed(jvm: Any, jspark: Any, delta_log: Any, transaction: Any, frame: DataFrame | None, files: Any,
-                   condition: str, alias: str) -> Any | None:
+
+def replace_listed(transaction: DeltaTransaction, frame: DataFrame | None, files: Any, condition: str,
+                   alias: str) -> Any | None:
     """The actions of a replace of the rows meeting `condition` (SQL over the table, named
     `alias`) by `frame`'s rows (None: none), for the live `files` the transaction's read
     version lists; None when the table or a file does not fit this path (see above).
     The transaction then counts as having read the whole table, as an overwrite does."""
-    snapshot = transaction.snapshot()
-    if snapshot.metadata().configuration().get(DELETION_VECTORS_PROPERTY).getOrElse(None) != "true":
+    if table_properties(transaction.snapshot).get(DELETION_VECTORS_PROPERTY) != "true":
         return None
     if not all(_fits(added) for added in scala_items(files)):
         return None
-    delta = jvm.org.apache.spark.sql.delta
-    transaction.readWholeTable()
-    none = jvm.scala.Option.apply(None)
-    index = delta.files.TahoeBatchFileIndex(jspark, "delete", files, delta_log, delta_log.dataPath(), snapshot, False)
-    table = delta_log.createDataFrame(snapshot, files, False, none)
-    matching = table.alias(alias).filter(condition).queryExecution().analyzed()  # Filter(condition, table)
-    helper = getattr(getattr(delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$")
-    scan = helper.createTargetDfForScanningForMatches(jspark, matching.child(), index)
-    touched = helper.findTouchedFiles(jspark, transaction, True, delta_log, scan, index, matching.condition(), "DELETE")
-    actions = jvm.java.util.ArrayList()
+    transaction.read_whole_table()
+    actions = []
     now = int(time.time() * 1000)
-    for file in scala_items(touched):
-        if file.isFullyReplaced():
-            actions.add(file.fileLogEntry().removeWithTimestamp(now, True))
+    for added, fully_replaced, vector in transaction.rows_meeting(files, condition, alias):
+        if fully_replaced:
+            actions.append(transaction.removed(added, now))
         else:
-            kept, removed = _pair(file.fileLogEntry().removeRows(file.newDeletionVector(), True, True))
-            actions.add(kept)
-            actions.add(removed)
+            actions += transaction.without_rows(added, vector)
     if frame is not None:
-        for added in scala_items(transaction.writeFiles(frame._jdf)):
-            actions.add(added)
-    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
+        actions += transaction.write_files(frame)
+    return transaction.sequence(actions)
 
 
 def _fits(added: Any) -> bool:
     """Whether Delta's conversion of this file's statistics to wide bounds would only mark
     them wide: they count the file's records, and a file that already has a deletion vector
     has wide bounds (its all-NULL counts were never made logical)."""
-    stats = added.stats()
+    _, has_vector, stats = added_file(added)
     if not stats:
         return False
     parsed = json.loads(stats)
     if "numRecords" not in parsed:
         return False
-    return added.deletionVector() is None or parsed.get("tightBounds") is False
-
-
-def _pair(scala_tuple: Any) -> tuple[Any, Any]:
-    return scala_tuple._1(), scala_tuple._2()
+    return not has_vector or parsed.get("tightBounds") is False

@@ -41,9 +41,15 @@ from deltalake.exceptions import TableNotFoundError
 
 from airflow_backfill.engine.delta import commit_fence
 from airflow_backfill.engine.delta.driver_file import writable, write_file
-from airflow_backfill.engine.delta.listed_files import listed_files, scala_items
+from airflow_backfill.engine.delta.listed_files import listed_files
 from airflow_backfill.engine.delta.listed_replace import replace_listed
 from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.internals import (
+    DeltaTransaction,
+    scala_items,
+    table_properties,
+    table_schema_json,
+)
 from airflow_backfill.storage.lease import confirm_held
 
 if TYPE_CHECKING:
@@ -112,93 +118,56 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
             app_id: str, version: int, user_metadata: str, replaced: str | None = None,
             before_commit: Callable[[], None] | None = None, rows: pa.Table | None = None,
             new_table_properties: Mapping[str, str] | None = None) -> bool | None:
-    jvm = spark._jvm
-    assert jvm is not None
-    jspark = spark._jsparkSession
-    delta = jvm.org.apache.spark.sql.delta
-    delta_log = delta.DeltaLog.forTable(jspark, uri)
-    transaction = delta_log.startTransaction()
-    transaction.readTxn().append(app_id)  # a concurrent commit of the same app id now conflicts
-    creating = transaction.readVersion() < 0
-    if creating and new_table_properties is None:
+    transaction = DeltaTransaction(spark, uri, app_id)  # a concurrent commit of the same app id now conflicts
+    if transaction.creating and new_table_properties is None:
         raise TableNotFoundError(f"no Delta table at {uri} to write to")
-    recorded = None if creating else load_table(uri).transaction_version(app_id)
+    recorded = None if transaction.creating else load_table(uri).transaction_version(app_id)
     if recorded is not None and recorded >= version:
         return False
-    configuration = _scala_map(jvm, {})
-    if creating:  # what Delta's data source makes of `delta.*` writer options
-        configuration = getattr(getattr(delta, "DeltaConfigs$"), "MODULE$").validateConfigurations(
-            _scala_map(jvm, new_table_properties or {}))
-    save_mode = getattr(jvm.org.apache.spark.sql.SaveMode, mode)
-    empty = jvm.org.apache.spark.api.python.PythonUtils.toSeq(jvm.java.util.ArrayList())
-    none = jvm.scala.Option.apply(None)
-    operation = getattr(delta, "DeltaOperations$Write")(  # mode, partitionBy, predicate, userMetadata, ...
-        save_mode, jvm.scala.Option.apply(empty), jvm.scala.Option.apply(options.get("replaceWhere", replaced)),
-        jvm.scala.Option.apply(user_metadata), none, none,
-        none, jvm.scala.Option.apply(options.get("replaceOn")), none)
-    active = getattr(getattr(delta, "OptimisticTransaction$"), "MODULE$")
-    active.setActive(transaction)  # what Delta's own commands do: the write's scans register their reads
-    try:
-        files = listed_files(transaction.snapshot()) if mode == OVERWRITE and not options else None
-        fits = files is not None and (frame is None or _same_columns(frame, transaction.snapshot()))
+    operation = transaction.write_operation(mode, options.get("replaceWhere", replaced), user_metadata,
+                                            options.get("replaceOn"))
+    with transaction.active():  # what Delta's own commands do: the write's scans register their reads
+        snapshot = transaction.snapshot
+        files = listed_files(snapshot) if mode == OVERWRITE and not options else None
+        fits = files is not None and (frame is None or _same_columns(frame, snapshot))
+        no_tags = transaction.string_map({})
         if rows is not None:
-            if files is None or not _rows_fit(rows, transaction.snapshot()):
+            if files is None or not _rows_fit(rows, snapshot):
                 return None
-            actions, tags = _overwrite_with_file(jvm, transaction, uri, rows, files), _scala_map(jvm, {})
+            transaction.read_whole_table()
+            actions, tags = _replacing(transaction, files, [transaction.added(write_file(uri, rows))]), no_tags
         elif replaced is not None:
-            actions = replace_listed(jvm, jspark, delta_log, transaction, frame, files, replaced,
-                                     TARGET_ALIAS) if fits else None
+            actions = replace_listed(transaction, frame, files, replaced, TARGET_ALIAS) if fits else None
             if actions is None:
                 return None
-            tags = _scala_map(jvm, {})
+            tags = no_tags
         elif frame is None:
-            actions, tags = empty, _scala_map(jvm, {})
+            actions, tags = transaction.sequence([]), no_tags
         elif fits:
-            actions, tags = _overwrite_listed(jvm, transaction, frame, files), _scala_map(jvm, {})
+            actions, tags = _overwrite_listed(transaction, frame, files), no_tags
         else:
-            delta_options = delta.DeltaOptions(_scala_map(jvm, options), jspark.sessionState().conf())
-            command = delta.commands.WriteIntoDelta(
-                delta_log, save_mode, delta_options, empty, configuration, frame._jdf, none, none, False)
-            written = command.writeAndReturnCommitData(transaction, jspark, none, False)
-            actions, tags = written.actions(), written.stringTags()
+            actions, tags = transaction.write_into_delta(mode, options, new_table_properties or {}, frame)
         if before_commit is not None:
             before_commit()
         confirm_held(uri)  # on S3: this run still holds the MV's writer lease, asked of the store
         commit_fence.reached()
-        now = jvm.java.lang.Long.valueOf(int(time.time() * 1000))
-        transaction.updateSetTransaction(app_id, version, jvm.scala.Option.apply(now))
-        transaction.commit(actions, operation, tags)
-    finally:
-        active.clearActive()
+        transaction.commit(actions, operation, tags, app_id, version)
     return True
 
 
-def _overwrite_listed(jvm: Any, transaction: Any, frame: DataFrame, files: Any) -> Any:
-    """The actions of an overwrite that removes the `files` the read version's checksum
-    lists (as Delta's overwrite removes the files its rebuilt state lists) and adds the
-    files `frame` is written to. The transaction then counts as having read the whole
-    table, so a concurrent commit that adds or removes files fails this one, as it fails
-    Delta's own overwrite."""
-    transaction.readWholeTable()
-    return _replacing(jvm, files, scala_items(transaction.writeFiles(frame._jdf)))
+def _overwrite_listed(transaction: DeltaTransaction, frame: DataFrame, files: Any) -> Any:
+    """The actions of an overwrite by `frame`'s rows of the listed `files`."""
+    transaction.read_whole_table()
+    return _replacing(transaction, files, transaction.write_files(frame))
 
 
-def _overwrite_with_file(jvm: Any, transaction: Any, uri: str, rows: pa.Table, files: Any) -> Any:
-    """`_overwrite_listed`'s actions with the driver's file of `rows` as the one added."""
-    transaction.readWholeTable()
-    added = jvm.org.apache.spark.sql.delta.actions.Action.fromJson(json.dumps({"add": write_file(uri, rows)}))
-    return _replacing(jvm, files, [added])
-
-
-def _replacing(jvm: Any, files: Any, added: Iterable[Any]) -> Any:
-    """The actions that add `added` and remove every listed file (data changed)."""
-    actions = jvm.java.util.ArrayList()
-    for action in added:
-        actions.add(action)
+def _replacing(transaction: DeltaTransaction, files: Any, added: Iterable[Any]) -> Any:
+    """The actions of an overwrite: add `added` and remove every file the read version's
+    checksum lists (as Delta's overwrite removes the files its rebuilt state lists). The
+    caller has counted the whole table as read, so a concurrent commit that adds or removes
+    files fails this one, as it fails Delta's own overwrite."""
     now = int(time.time() * 1000)
-    for live in scala_items(files):
-        actions.add(live.removeWithTimestamp(now, True))
-    return jvm.org.apache.spark.api.python.PythonUtils.toSeq(actions)
+    return transaction.sequence([*added, *(transaction.removed(live, now) for live in scala_items(files))])
 
 
 def _rows_fit(rows: pa.Table, snapshot: Any) -> bool:
@@ -210,12 +179,11 @@ def _rows_fit(rows: pa.Table, snapshot: Any) -> bool:
 
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
-    configuration = snapshot.metadata().configuration()
-    mapping = configuration.get("delta.columnMapping.mode")
-    if (any(str(key).startswith("delta.constraints.") for key in scala_items(configuration.keys()))
-            or (mapping.isDefined() and mapping.get() != "none")):
+    properties = table_properties(snapshot)
+    if any(key.startswith("delta.constraints.") for key in properties) or properties.get(
+            "delta.columnMapping.mode", "none") != "none":
         return False
-    schema_json = snapshot.schema().json()
+    schema_json = table_schema_json(snapshot)
     if "delta.generationExpression" in schema_json or "delta.identity" in schema_json:
         return False
     table = StructType.fromJson(json.loads(schema_json))
@@ -233,10 +201,5 @@ def _same_columns(frame: DataFrame, snapshot: Any) -> bool:
     writer checks and casts the rest, a direct `writeFiles` would write them as they are."""
     from pyspark.sql.types import StructType
 
-    table = StructType.fromJson(json.loads(snapshot.schema().json()))
+    table = StructType.fromJson(json.loads(table_schema_json(snapshot)))
     return [(f.name, f.dataType) for f in frame.schema.fields] == [(f.name, f.dataType) for f in table.fields]
-
-
-def _scala_map(jvm: Any, values: Mapping[str, str]) -> Any:
-    return jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(dict(values))
-
