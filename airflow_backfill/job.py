@@ -198,6 +198,12 @@ class BackfillJob:
     max_round_bytes: int | None = None
     """Change-file bytes one catch-up round reads at most (always at least one epoch; None:
     no cap). Bounds a round's memory and time when single epochs are large."""
+    round_alignment: int | None = None
+    """Catch-up and forward rounds end at a multiple of this many upstream epochs when their
+    range holds one (None: at the newest pending epoch). MVs over the same upstream then
+    commit at the same epochs, so `airflow-backfill consistent` finds one they share while
+    the upstream's writers never pause (docs/consistent-reads.md); costs at most one more
+    round each time a range crosses a multiple. Ignored by joins."""
     verify_primary_key: bool = True
     """Prove in the snapshot that the primary key is unique in the query's output before
     the MV is created, in rounds applied as appends that the added rows repeat no key, and
@@ -249,6 +255,7 @@ class BackfillJob:
         validate_max_stalled_rounds(self.max_stalled_rounds)
         validate_optional_cap("max_round_epochs", self.max_round_epochs)
         validate_optional_cap("max_round_bytes", self.max_round_bytes)
+        validate_optional_cap("round_alignment", self.round_alignment)
         if self.aws_conn_id is not None and (not isinstance(self.aws_conn_id, str) or not self.aws_conn_id.strip()):
             raise BackfillConfigError(f"aws_conn_id must be an Airflow connection id, got {self.aws_conn_id!r}.")
         validate_round_plan(self.round_plan)

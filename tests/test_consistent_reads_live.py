@@ -1,8 +1,9 @@
 """Consistent reads across three MVs over two live upstreams, one MV over another MV.
 
-`orders` (the simulator) and `customer` keep committing while the MVs are built and kept
-up to date; now and then the writers pause, as a batch load does between batches, so that
-every MV can catch up to the same epochs. At every check, the versions `common` returns
+`orders` (the simulator) and `customer` keep committing, never pausing, while the MVs are
+built and kept up to date; their jobs' `round_alignment` makes forward commit only at
+multiples of a few epochs, so the MVs keep committing the same epochs while each goes at
+its own pace. At every check, the versions `common` returns
 must reflect one epoch of each upstream, and a dashboard query over the three MVs at those
 versions must equal the same query over the MVs' queries recomputed independently (DuckDB)
 on the upstreams at those epochs. Each MV at its version is also compared alone."""
@@ -11,8 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
 
 import duckdb
 import pyarrow as pa
@@ -22,8 +22,9 @@ from join_upstreams import create, initial_rows, random_epoch
 
 from airflow_backfill.consistent_reads import consistent_versions
 from airflow_backfill.engine.consistency.readers import read_arrow, spark_dataframes
-from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
+from airflow_backfill.engine.phases.forward import run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.exceptions import NotYetConsistentError
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_rows_match, expected_join_rows, expected_rows
@@ -43,32 +44,28 @@ DASHBOARD = """
 """
 """One query over the three MVs, as a dashboard would run it."""
 CHECKS = 3
+ALIGNMENT = 20
+"""Upstream epochs between the epochs every MV commits (`round_alignment`): 4 s of writes,
+more than a forward round takes."""
+NEWER_WITHIN_S = 180
 
 
 class LiveWriters(threading.Thread):
-    """Commits to `orders` every 0.2 s and to `customer` every other time, until stopped;
-    `paused()` holds them between two commits."""
+    """Commits to `orders` every 0.2 s and to `customer` every other time, until stopped."""
 
     def __init__(self, orders: str, customer) -> None:
         super().__init__(daemon=True)
         self.orders, self.customer = orders, customer
         self.rng = random.Random(17)
         self.stop = threading.Event()
-        self.committing = threading.Lock()
         self.commits = 0
 
     def run(self) -> None:
         while not self.stop.wait(0.2):
-            with self.committing:
-                commit_epoch(self.orders, self.rng, inserts=8, updates=12, deletes=3)
-                if self.commits % 2:
-                    random_epoch(self.customer, self.rng)
-                self.commits += 1
-
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        with self.committing:
-            yield
+            commit_epoch(self.orders, self.rng, inserts=8, updates=12, deletes=3)
+            if self.commits % 2:
+                random_epoch(self.customer, self.rng)
+            self.commits += 1
 
 
 def duckdb_query(sql: str, tables: dict[str, pa.Table]) -> pa.Table:
@@ -100,7 +97,7 @@ def test_three_mvs_read_at_the_returned_versions_equal_their_queries_at_one_epoc
     orders = f"{root}/orders"
     create_orders_table(orders, rows=300, seed=3)
     customer = create(root, "customer", initial_rows("customer", random.Random(3), 8))
-    common = dict(lag_threshold=0, poll_interval=0.05, backfill_parallelism=2, parallelism=1)
+    common = dict(lag_threshold=0, poll_interval=0.05, backfill_parallelism=2, parallelism=1, round_alignment=ALIGNMENT)
     orders_mv = BackfillJob(name="orders_mv", source=orders, target=f"{root}/orders_mv", query=ORDERS_MV,
                             primary_key=["order_id"], **common)
     segment_totals = BackfillJob(name="segment_totals", target=f"{root}/segment_totals", query=SEGMENT_TOTALS,
@@ -112,16 +109,17 @@ def test_three_mvs_read_at_the_returned_versions_equal_their_queries_at_one_epoc
 
     writers = LiveWriters(orders, customer)
     writers.start()
+    stop_forward = threading.Event()
+    forwards = [threading.Thread(target=run_forward, args=(spark.newSession(), job), kwargs={"stop": stop_forward},
+                                 daemon=True) for job in mvs]  # a session each: their temporary views apart
     seen: list[dict[str, int]] = []
     try:
         for job in mvs:
             run_snapshot(spark, job)
+        for forward in forwards:  # each MV kept fresh as its own forward task keeps it
+            forward.start()
         for check in range(CHECKS):
-            quiet = writers.paused() if check % 2 == 0 else _unpaused()
-            with quiet:  # a pause in the writes: every MV catches up to the same epochs
-                for job in mvs:
-                    run_forward(spark, job, bounds=ForwardBounds(max_epochs=1, idle_timeout=0.3))
-            answer = consistent_versions(list(mvs))
+            answer = newer_answer(list(mvs), seen[-1] if seen else None)
             seen.append(answer.epochs)
             check_answer(answer, orders, customer.uri)
             if check == 1:  # live writes moved the MVs past the answer: Spark reads its versions (versionAsOf)
@@ -129,6 +127,9 @@ def test_three_mvs_read_at_the_returned_versions_equal_their_queries_at_one_epoc
                 for name, frame in frames.items():
                     assert_rows_match(read_arrow(answer, name), frame.toArrow(), context=f"{name} read by Spark")
     finally:
+        stop_forward.set()
+        for forward in forwards:
+            forward.join(timeout=120)
         writers.stop.set()
         writers.join(timeout=30)
 
@@ -139,9 +140,20 @@ def test_three_mvs_read_at_the_returned_versions_equal_their_queries_at_one_epoc
     assert len({tuple(sorted(epochs.items())) for epochs in seen}) >= 2, f"the MVs never met again: {seen}"
 
 
-@contextmanager
-def _unpaused() -> Iterator[None]:
-    yield
+def newer_answer(mvs: list[BackfillJob], before: dict[str, int] | None):
+    """The `common` answer once the MVs share an epoch newer than `before` (bounded wait)."""
+    deadline = time.monotonic() + NEWER_WITHIN_S
+    while True:
+        try:
+            answer = consistent_versions(mvs)
+            if before is None or answer.epochs != before:
+                return answer
+        except NotYetConsistentError:  # an MV has not committed a multiple yet
+            if time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the MVs shared no epoch newer than {before} within {NEWER_WITHIN_S} s")
+        time.sleep(0.5)
 
 
 def check_answer(answer, orders: str, customer: str) -> None:

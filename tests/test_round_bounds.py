@@ -45,6 +45,20 @@ def test_round_end_respects_epoch_and_byte_bounds(tables):
     # The byte cap stops before the epoch that crosses it, but always takes one epoch.
     assert round_end(tables["source"], 0, 6, max_epochs=None, max_bytes=sizes[0] + sizes[1]) == 2
     assert round_end(tables["source"], 0, 6, max_epochs=None, max_bytes=1) == 1
+    # Aligned rounds end at the range's last multiple, when it holds one.
+    assert round_end(tables["source"], 0, 6, max_epochs=None, max_bytes=None, alignment=4) == 4
+    assert round_end(tables["source"], 4, 6, max_epochs=None, max_bytes=None, alignment=4) == 6
+    assert round_end(tables["source"], 1, 6, max_epochs=2, max_bytes=None, alignment=4) == 3
+
+
+def test_aligned_ends_let_mvs_at_different_watermarks_meet():
+    """Two MVs over one upstream at watermarks 7 and 12, the upstream at 23, then 27: each
+    one's rounds end at multiples of 10 first, so both commit epoch 20."""
+    from airflow_backfill.engine.delta.change_feed import aligned_end
+
+    first, second = aligned_end(7, 23, 10), aligned_end(12, 23, 10)
+    assert first == second == 20
+    assert aligned_end(20, 27, 10) == 27 and aligned_end(20, 29, None) == 29
 
 
 def test_a_backlog_is_applied_in_bounded_commits_each_exact(spark, tables):

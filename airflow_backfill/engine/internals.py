@@ -111,9 +111,20 @@ def arrow_local_relation_threshold(spark: SparkSession) -> int:
 
 
 def delta_log(spark: SparkSession, uri: str) -> Any:
-    """Delta's log of the table at `uri` (`DeltaLog.forTable`, cached per JVM)."""
+    """Delta's log of the table at `uri` (`DeltaLog.forTable`, cached per JVM), with `spark`
+    made this thread's active session first: Delta builds its DataFrames in the active
+    session, and a process that keeps several sessions (one per thread) must get them in
+    the one its temporary views live in."""
     jvm: Any = spark._jvm
+    make_active(spark)
     return _call("DeltaLog.forTable", jvm.org.apache.spark.sql.delta.DeltaLog.forTable, spark._jsparkSession, uri)
+
+
+def make_active(spark: SparkSession) -> None:
+    """`spark` as the JVM's active session for this thread (`SparkSession.setActiveSession`)."""
+    jvm: Any = spark._jvm
+    _call("SparkSession.setActiveSession", jvm.org.apache.spark.sql.SparkSession.setActiveSession,
+          spark._jsparkSession)
 
 
 def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:

@@ -155,10 +155,12 @@ def range_inserts_rows(source: str, watermark: int, end_version: int) -> bool:
     return False
 
 
-def round_end(source: str, watermark: int, latest: int, *, max_epochs: int | None, max_bytes: int | None) -> int:
+def round_end(source: str, watermark: int, latest: int, *, max_epochs: int | None, max_bytes: int | None,
+              alignment: int | None = None) -> int:
     """The last epoch one round applies: every pending one, or fewer under the round's
-    bounds (at least one epoch, so every round makes progress)."""
-    end = latest if max_epochs is None else min(latest, watermark + max_epochs)
+    bounds (at least one epoch, so every round makes progress); with `alignment`, the last
+    multiple of it in the range, when the range holds one."""
+    end = aligned_end(watermark, latest if max_epochs is None else min(latest, watermark + max_epochs), alignment)
     if max_bytes is None:
         return end
     total = 0
@@ -167,6 +169,19 @@ def round_end(source: str, watermark: int, latest: int, *, max_epochs: int | Non
         if total > max_bytes and version > watermark + 1:
             return version - 1
     return end
+
+
+def aligned_end(watermark: int, end: int, alignment: int | None) -> int:
+    """`end`, or the last multiple of `alignment` in (watermark, end] when there is one."""
+    if alignment is None or end // alignment * alignment <= watermark:
+        return end
+    return end // alignment * alignment
+
+
+def last_multiple(watermark: int, latest: int, alignment: int) -> int:
+    """The last multiple of `alignment` in (watermark, latest], else `watermark` (nothing to
+    apply until the upstream reaches the next one)."""
+    return max(watermark, latest // alignment * alignment)
 
 
 def _check_change_files_available(source: str, watermark: int, end_version: int) -> None:

@@ -318,6 +318,12 @@ def read_watermark(target: str, app_id: str) -> int | None:
     return int(version)
 
 
+def written_by_a_job(uri: str) -> bool:
+    """Whether the table's newest commit was an MV commit of this engine (it names its job)."""
+    history = commit_history(uri, limit=1)
+    return bool(history) and "job" in commit_metadata(history[0])
+
+
 def commit_metadata(entry: dict[str, Any]) -> dict[str, Any]:
     """The `airflow_backfill.*` fields of one commit (an entry of `DeltaTable.history()`),
     without the prefix.

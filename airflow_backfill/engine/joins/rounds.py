@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.change_feed import change_bytes
+from airflow_backfill.engine.delta.change_feed import aligned_end, change_bytes, last_multiple
 from airflow_backfill.engine.delta.log import (
     arrow_schema,
     check_upstream,
@@ -61,7 +61,9 @@ def join_rounds(job: BackfillJob, *, warn: bool = False) -> JoinRounds:
 def round_target(job: BackfillJob, watermark: Mapping[str, int], latest: Mapping[str, int], *,
                  max_epochs: int | None, max_bytes: int | None) -> Vector:
     """The vector one round applies up to: `latest`, or less under the bounds (at least
-    one epoch further than `watermark` when any upstream is behind)."""
+    one epoch further than `watermark` when any upstream is behind); with the job's
+    `round_alignment`, each upstream's last multiple of it in its range, when it has one."""
+    latest = {name: aligned_end(watermark[name], latest[name], job.round_alignment) for name in watermark}
     target = {name: max(watermark[name], latest[name]) for name in watermark}
     if max_epochs is None and max_bytes is None:
         return target
@@ -104,6 +106,17 @@ class JoinRounds:
         self._planned = round_target(self.job, current_vector(self.job), latest_versions,
                                      max_epochs=settings.max_round_epochs, max_bytes=settings.max_round_bytes)
         return vector_sum(self._planned)
+
+    def forward_end(self, watermark: int, latest: int) -> int:
+        """Every upstream's newest version, or with the job's `round_alignment` its last
+        multiple of it (its current version until it reaches the next one)."""
+        latest_versions = self._planned if self._planned is not None else latest_vector(self.job)
+        if self.job.round_alignment is not None:
+            current = current_vector(self.job)
+            latest_versions = {name: last_multiple(current[name], version, self.job.round_alignment)
+                               for name, version in latest_versions.items()}
+        self._planned = latest_versions
+        return vector_sum(latest_versions)
 
     def apply(self, spark: SparkSession, end: int, *, phase: str, parallelism: int) -> AppliedRange | None:
         """Apply up to the vector `latest` or `round_end` planned, whose sum is `end`."""

@@ -80,9 +80,10 @@ def _forward(
             stopped_by = "max_epochs"
             break
         latest = upstreams.latest()
-        if latest > watermark:
-            applied = upstreams.apply(spark, latest, phase=job_state.PHASE_FORWARD, parallelism=parallelism)
-            watermark = applied.end_version if applied else latest
+        end = upstreams.forward_end(watermark, latest) if latest > watermark else watermark
+        if end > watermark:
+            applied = upstreams.apply(spark, end, phase=job_state.PHASE_FORWARD, parallelism=parallelism)
+            watermark = applied.end_version if applied else end
             commits += 1
             last_progress = time.monotonic()
             job_state.update_state(job.target, watermark=watermark, forward_commits=commits)

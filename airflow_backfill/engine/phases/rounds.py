@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from airflow_backfill.engine.delta.change_feed import round_end
+from airflow_backfill.engine.delta.change_feed import last_multiple, round_end
 from airflow_backfill.engine.delta.log import (
     check_upstream,
     commit_timestamp,
     latest_version,
     warn_if_rarely_checkpointed,
+    written_by_a_job,
 )
 from airflow_backfill.engine.phases.apply import apply_epochs
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
@@ -40,7 +41,13 @@ class Rounds(Protocol):
         """The upstream's latest epoch, on the watermark's scale."""
 
     def round_end(self, watermark: int, latest: int, settings: BackfillSettings) -> int:
-        """Where the next round ends under the round bounds (at least one epoch further)."""
+        """Where the next catch-up round ends under the round bounds (at least one epoch
+        further; with the job's `round_alignment`, at the range's last multiple of it)."""
+
+    def forward_end(self, watermark: int, latest: int) -> int:
+        """Where the next forward round ends: `latest`, or with the job's `round_alignment`
+        the last multiple of it (the watermark itself while the upstream has not reached
+        the next one: forward then commits only at multiples, as every MV aligned alike)."""
 
     def apply(self, spark: SparkSession, end: int, *, phase: str, parallelism: int) -> AppliedRange | None:
         """Apply the epochs up to `end` in one round (None when there was nothing to apply)."""
@@ -55,6 +62,7 @@ class UpstreamRounds:
     def __init__(self, job: BackfillJob, plan: QueryPlan) -> None:
         self.job = job
         self.plan = plan
+        self._source_is_mv: bool | None = None
 
     def watermark(self) -> int:
         return current_watermark(self.job)
@@ -64,7 +72,17 @@ class UpstreamRounds:
 
     def round_end(self, watermark: int, latest: int, settings: BackfillSettings) -> int:
         return round_end(self.job.source, watermark, latest, max_epochs=settings.max_round_epochs,
-                         max_bytes=settings.max_round_bytes)
+                         max_bytes=settings.max_round_bytes, alignment=self.job.round_alignment)
+
+    def forward_end(self, watermark: int, latest: int) -> int:
+        if self.job.round_alignment is None or self._over_an_mv():  # an MV's versions are its own epochs
+            return latest
+        return last_multiple(watermark, latest, self.job.round_alignment)
+
+    def _over_an_mv(self) -> bool:
+        if self._source_is_mv is None:
+            self._source_is_mv = written_by_a_job(self.job.source)
+        return self._source_is_mv
 
     def apply(self, spark: SparkSession, end: int, *, phase: str, parallelism: int) -> AppliedRange | None:
         return apply_epochs(spark, self.job, self.plan, end, phase=phase, parallelism=parallelism)

@@ -65,15 +65,14 @@ def net_feed(feed: pa.Table, key: Sequence[str], *, refuse_repeated_keys: bool) 
     group = np.cumsum(starts) - 1
     first = np.flatnonzero(starts)
     last = np.append(first[1:] - 1, rows.num_rows - 1)
-    sign = np.where(pc.is_in(rows.column(CHANGE_TYPE), pa.array(ARRIVING)).to_numpy(zero_copy_only=False), 1,
-                    np.where(pc.is_in(rows.column(CHANGE_TYPE), pa.array(LEAVING)).to_numpy(zero_copy_only=False),
-                             -1, 0))
+    arriving = pc.is_in(rows.column(CHANGE_TYPE), pa.array(ARRIVING)).to_numpy(zero_copy_only=False)
+    leaving = pc.is_in(rows.column(CHANGE_TYPE), pa.array(LEAVING)).to_numpy(zero_copy_only=False)
+    sign = arriving.astype(np.int64) - leaving.astype(np.int64)
     total = np.add.reduceat(sign, first)
     if refuse_repeated_keys:
         repeated = _repeated_group(sign, group, first, total)
         if repeated is not None:
             return RepeatedKey(_key_text(rows, key, int(first[repeated])))
-    leaving = pc.is_in(rows.column(CHANGE_TYPE), pa.array(LEAVING)).to_numpy(zero_copy_only=False)
     latest, earliest = rows.select(upstream).take(first), rows.select(upstream).take(last)
     return _netted(latest, earliest, leaving[first], total == 1, leaving[last])
 
