@@ -453,7 +453,7 @@ def _add_consistent(subparsers: Any) -> None:
 
 def _run_consistent(args: argparse.Namespace) -> int:
     from airflow_backfill.consistent_reads import consistent_versions, job_files_in, load_any_job
-    from airflow_backfill.engine.consistency.policies import DEFAULT_HISTORY
+    from airflow_backfill.engine.consistency.answer import DEFAULT_HISTORY
     from airflow_backfill.exceptions import ConsistencyError
 
     if not args.job and not args.table and not args.jobs_in:

@@ -21,9 +21,7 @@ from typing import Any
 
 import yaml
 
-from airflow_backfill.engine.consistency.answer import ConsistentVersions
-from airflow_backfill.engine.consistency.policies import DEFAULT_HISTORY, POLICY_COMMON
-from airflow_backfill.engine.consistency.policies import consistent_versions as choose_versions
+from airflow_backfill.engine.consistency.answer import DEFAULT_HISTORY, POLICY_COMMON, ConsistentVersions
 from airflow_backfill.engine.consistency.tables import TableSpec, spec_for_job, spec_for_table
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob, normalize_table_uri
@@ -53,6 +51,8 @@ def consistent_versions(
     :param history: versions of each MV searched at most.
     """
     specs = [*(table_spec(item) for item in tables), *(table_spec(item, explicit=False) for item in also)]
+    from airflow_backfill.engine.consistency.policies import consistent_versions as choose_versions
+
     return choose_versions(specs, policy=policy, at=at, history=history)
 
 

@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import typed_tables as typed  # noqa: E402
 
-WAYS = ("merge", "replace", "delete", "overwrite", "append")
+WAYS = ("append", "delete", "replace", "overwrite", "merge")
+"""The incremental write ways, the most rarely offered first (an append only for changes
+whose keys are all new, a delete for changes without new rows)."""
 INITIAL_ROWS = 40
 
 

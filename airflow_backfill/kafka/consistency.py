@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from airflow_backfill.engine.consistency.tables import KIND_RECORDED, SINGLE_UPSTREAM, TableSpec
 from airflow_backfill.kafka.config import KafkaBackfillJob
-from airflow_backfill.kafka.positions import WATERMARK_FIELD
 
 
 def spec_for_kafka_job(job: KafkaBackfillJob, *, explicit: bool = True) -> TableSpec:
     """The spec of a source backfill's MV, over its source job's table."""
+    from airflow_backfill.kafka.positions import WATERMARK_FIELD  # reads logs: not at a DAG's parse
+
     return TableSpec(job.name, job.target, KIND_RECORDED, job.app_id, {SINGLE_UPSTREAM: job.source_table},
                      epoch_field=WATERMARK_FIELD, explicit=explicit)

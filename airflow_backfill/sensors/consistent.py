@@ -16,7 +16,7 @@ from airflow.sdk import PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_backfill.consistent_reads import Readable, as_readable, readable_uri, table_spec
-from airflow_backfill.engine.consistency.policies import DEFAULT_HISTORY
+from airflow_backfill.engine.consistency.answer import DEFAULT_HISTORY
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.sensors.deferrable import DeferrableSensor

@@ -38,11 +38,12 @@ def test_the_readme_dag_runs_with_the_working_directory_elsewhere(tmp_path):
                 "--rows", "500", "--epoch-interval", "0.5"]
     subprocess.run([*simulate, "--max-epochs", "2"], cwd=elsewhere, env=env, check=True, capture_output=True,
                    timeout=180)
-    live = subprocess.Popen([*simulate, "--max-epochs", "40"], cwd=elsewhere, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # keeps writing while the backfill runs
+    live = subprocess.Popen(simulate, cwd=elsewhere, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # keeps writing until the backfill is done
     try:
+        conf = {"forward_max_epochs": 5, "forward_idle_timeout": 60}  # forward applies five more epochs
         run = subprocess.run(
-            airflow_command("dags", "test", "orders_mv", "--conf", json.dumps({"forward_idle_timeout": 5})),
+            airflow_command("dags", "test", "orders_mv", "--conf", json.dumps(conf)),
             cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900,
         )
     finally:

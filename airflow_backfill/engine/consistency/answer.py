@@ -12,6 +12,11 @@ from typing import Any
 
 from airflow_backfill.engine.consistency.tables import table_name
 
+POLICY_COMMON = "common"
+"""The default policy: the newest epochs every table has committed (`policies`)."""
+DEFAULT_HISTORY = 1000
+"""Versions of each MV searched at most, newest first, for epochs they share."""
+
 
 @dataclass(frozen=True)
 class TableVersion:

@@ -25,7 +25,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.consistency.answer import ConsistentVersions, LeftOut, TableVersion
+from airflow_backfill.engine.consistency.answer import (
+    DEFAULT_HISTORY,
+    POLICY_COMMON,
+    ConsistentVersions,
+    LeftOut,
+    TableVersion,
+)
 from airflow_backfill.engine.consistency.epochs import resolve_epochs
 from airflow_backfill.engine.consistency.history import Epochs, TableHistory
 from airflow_backfill.engine.consistency.readable import check_readable
@@ -45,12 +51,9 @@ from airflow_backfill.exceptions import (
     TargetError,
 )
 
-POLICY_COMMON = "common"
 POLICY_LATEST = "latest"
 POLICY_AT = "at"
 POLICIES = (POLICY_COMMON, POLICY_LATEST, POLICY_AT)
-DEFAULT_HISTORY = 1000
-"""Versions of each MV searched at most, newest first, for epochs they share."""
 FIRST_DEPTH = 50
 """Versions searched first; four times more each time nothing agrees, up to the history."""
 

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.delta.log import commit_history, commit_metadata, table_exists
 from airflow_backfill.exceptions import BackfillConfigError, TargetError
 
 if TYPE_CHECKING:
@@ -107,6 +106,9 @@ def spec_for_table(uri: str, *, name: str | None = None, explicit: bool = True) 
     A table whose commits record a `watermark` without their job (a Kafka MV) cannot be
     mapped to its upstream from its log alone: refused, asking for its job file.
     """
+    # Imported here: DAG files build these specs, and parsing a DAG must not load delta-rs.
+    from airflow_backfill.engine.delta.log import commit_history, commit_metadata, table_exists
+
     name = name or table_name(uri)
     if not table_exists(uri):
         raise TargetError(f"{name}: {uri} is not a Delta table (no _delta_log); check the path or the job's target.")
