@@ -1,0 +1,158 @@
+"""A folder of job files as DAGs: one call in a DAG file builds them all.
+
+    from airflow_backfill.folder_dags import backfill_dags
+
+    backfill_dags("jobs/")          # relative to this DAG file
+
+Each job file becomes the DAG `<prefix><job name>` holding that job's backfill (the task
+group of `task_group.py`, or of `kafka/task_group.py` for a Kafka pipeline). A job whose
+`source`/`sources` is another job's MV is scheduled on that MV's `caught_up_asset`: its
+backfill starts once the MV it reads is built (every MV it reads, for a join of MVs). The
+others run once when their DAG is unpaused (`schedule`), and again when triggered.
+
+With `forward="shared"` (the default) the backfill DAGs end at a `ready` task, and one more
+DAG, `<prefix>shared_forward`, runs one Spark application that keeps every MV of the
+folder fresh (`shared_forward/`). `forward="task"` keeps today's shape instead: each
+job's DAG ends with its own `forward` task.
+
+A job file that fails to load does not hide the others: their DAGs are built, and the
+folder's errors become one import error of the DAG file (Airflow shows it on its
+"DAG Import Errors" list), each naming the job file and the field.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Asset, AssetAll
+
+from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job_folder import FolderJob, JobFolder, load_job_folder
+from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+from airflow_backfill.operators.shared_forward import SharedForwardOperator
+from airflow_backfill.task_group import backfill_task_group, caught_up_asset, delta_table_asset
+
+FORWARD_SHARED = "shared"
+FORWARD_TASK = "task"
+SHARED_FORWARD_DAG = "shared_forward"
+DEFAULT_START = pendulum.datetime(2026, 1, 1, tz="UTC")
+
+
+class JobFolderErrors(DAG):
+    """Stands for the folder's job files that failed to load. Airflow validates each DAG of
+    a file before keeping it; this one's validation fails with the errors, so the DAG
+    processor records them as the DAG file's import error and keeps the other DAGs."""
+
+    job_file_errors: str = "a job file failed to load"
+
+    def validate(self) -> None:
+        raise BackfillConfigError(self.job_file_errors)
+
+
+def backfill_dags(
+    folder: str | os.PathLike[str],
+    *,
+    forward: str = FORWARD_SHARED,
+    dag_id_prefix: str = "",
+    schedule: Any = "@once",
+    start_date: datetime = DEFAULT_START,
+    tags: Sequence[str] = ("airflow_backfill",),
+    conn_id: str = "spark_default",
+    forward_parallelism: int = 2,
+    forward_workers: int = 2,
+    forward_kwargs: Mapping[str, Any] | None = None,
+    **group_kwargs: Any,
+) -> dict[str, DAG]:
+    """Build the DAGs of every job file of `folder` (call it at a DAG file's top level).
+
+    :param folder: the folder of job files; a relative path is relative to the calling
+        DAG file (not the DAG processor's working directory).
+    :param forward: `shared` (one application keeps every MV fresh) or `task` (each DAG
+        ends with its own forward task).
+    :param dag_id_prefix: put before each job's name to make its DAG id.
+    :param schedule: schedule of the jobs that read no other job's MV (default: once,
+        when the DAG is unpaused); jobs over MVs run on those MVs' caught-up assets.
+    :param forward_parallelism, forward_workers: the shared forward's Spark parallelism
+        and the rounds it applies at once.
+    :param forward_kwargs: more `SharedForwardOperator` arguments (`status_file`, ...).
+    :param group_kwargs: passed to every Delta job's `backfill_task_group` (`verify`,
+        `sensor_timeout`, `spark_conf`, ...).
+    :return: the DAGs by id.
+    """
+    if forward not in (FORWARD_SHARED, FORWARD_TASK):
+        raise BackfillConfigError(f"forward must be {FORWARD_SHARED!r} or {FORWARD_TASK!r}, got {forward!r}.")
+    root = folder_path(folder, sys._getframe(1).f_globals.get("__file__"))
+    loaded = load_job_folder(root)
+    dags: dict[str, DAG] = {}
+    for entry in loaded.jobs:
+        dag_id = f"{dag_id_prefix}{entry.name}"
+        with DAG(dag_id=dag_id, schedule=job_schedule(loaded, entry, schedule), start_date=start_date,
+                 catchup=False, max_active_runs=1, tags=[*tags, "job_folder"],
+                 doc_md=f"The backfill of `{entry.name}`, declared in `{entry.path}`.") as dag:
+            _job_group(entry, forward=forward, conn_id=conn_id, **group_kwargs)
+        dags[dag_id] = dag
+    if forward == FORWARD_SHARED and loaded.jobs:
+        dag_id = f"{dag_id_prefix}{SHARED_FORWARD_DAG}"
+        with DAG(dag_id=dag_id, schedule="@once", start_date=start_date, catchup=False, max_active_runs=1,
+                 tags=[*tags, "job_folder"],
+                 doc_md=f"Keeps every MV of `{loaded.folder}` fresh in one Spark application.") as dag:
+            SharedForwardOperator(task_id="forward", folder=loaded.folder, parallelism=forward_parallelism,
+                                  workers=forward_workers, conn_id=conn_id, retries=1000,
+                                  **dict(forward_kwargs or {}))
+        dags[dag_id] = dag
+    if loaded.errors:
+        _report_errors(loaded, dag_id_prefix, start_date)
+    return dags
+
+
+def folder_path(folder: str | os.PathLike[str], dag_file: str | None) -> Path:
+    """`folder` as an absolute path: a relative one is relative to the DAG file's folder."""
+    path = Path(os.path.expandvars(os.fspath(folder))).expanduser()
+    if not path.is_absolute() and dag_file:
+        path = Path(dag_file).resolve().parent / path
+    return path.resolve()
+
+
+def job_schedule(loaded: JobFolder, entry: FolderJob, default: Any) -> Any:
+    """The caught-up assets of the folder's MVs that `entry` reads (all of them), else `default`."""
+    upstreams = loaded.upstream_jobs(entry)
+    if not upstreams:
+        return default
+    assets = [_caught_up(upstream) for upstream in upstreams]
+    return assets[0] if len(assets) == 1 else AssetAll(*assets)
+
+
+def _caught_up(entry: FolderJob) -> Asset:
+    if isinstance(entry.job, KafkaPipeline):
+        return kafka_caught_up_asset(entry.job)
+    return caught_up_asset(entry.job)
+
+
+def kafka_caught_up_asset(pipeline: KafkaPipeline) -> Asset:
+    """A Kafka MV's caught-up asset: every split of its backfill is Finished."""
+    uri = delta_table_asset(pipeline.backfill.target).uri
+    return Asset(name=f"{uri}/_airflow_backfill/caught_up", uri=f"{uri}/_airflow_backfill/caught_up")
+
+
+def _job_group(entry: FolderJob, *, forward: str, conn_id: str, **group_kwargs: Any) -> None:
+    if isinstance(entry.job, KafkaPipeline):
+        # Under the shared forward the source job is one of its members (it keeps ingesting
+        # the topic); otherwise the DAG runs it as a task beside the backfill, until stopped.
+        kafka_backfill_task_group(entry.job, conn_id=conn_id, with_source_job=forward == FORWARD_TASK,
+                                  ready_outlets=[kafka_caught_up_asset(entry.job)])
+        return
+    backfill_task_group(entry.job, conn_id=conn_id, forward=forward == FORWARD_TASK, ready=True, **group_kwargs)
+
+
+def _report_errors(loaded: JobFolder, dag_id_prefix: str, start_date: datetime) -> None:
+    errors = "\n".join(error.message for error in loaded.errors)
+    with JobFolderErrors(dag_id=f"{dag_id_prefix}job_folder_errors", schedule=None, start_date=start_date) as dag:
+        pass
+    dag.job_file_errors = f"{len(loaded.errors)} job file(s) of {loaded.folder} failed to load:\n{errors}"
