@@ -23,11 +23,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.shared_forward.members import LockBusy, Member
 
 if TYPE_CHECKING:
@@ -126,9 +127,8 @@ class SharedForward:
                         written = now
                     stop.wait(min(0.05, self.poll_interval))
             finally:
-                for status in self.members.values():
-                    if status.running is not None:
-                        status.running.result()  # a commit in flight finishes (never torn)
+                # The rounds in flight commit (never torn); their outcome is recorded as usual.
+                wait([status.running for status in self.members.values() if status.running is not None])
                 self.collect(time.monotonic())
                 for status in self.members.values():
                     status.member.close()
@@ -201,11 +201,9 @@ class SharedForward:
         forget = getattr(status.member, "forget", None)
         if forget is not None:
             forget()
-        try:
+        if table_exists(status.member.target):  # never recreate the folder of a deleted MV
             job_state.update_state(status.member.target, forward_error=status.last_error,
                                    forward_error_at=time.time())
-        except OSError:
-            pass  # the MV's folder may be what is gone
 
     def dispatch(self, pool: ThreadPoolExecutor, now: float) -> None:
         for status in self.members.values():

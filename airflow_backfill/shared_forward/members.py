@@ -45,6 +45,14 @@ class LockBusy(Exception):
     """Another process (a catch-up, a single-MV forward) holds the MV's writer lock."""
 
 
+def gone(name: str, target: str) -> TargetError:
+    """A followed MV whose table disappeared: reported and retried, never recreated here."""
+    return TargetError(
+        f"the MV {target} of job {name} no longer exists (its table was deleted while the shared forward "
+        "kept it fresh); run the job's DAG to build it again, or remove its job file."
+    )
+
+
 class Member(Protocol):
     """One table the shared forward keeps fresh."""
 
@@ -88,8 +96,11 @@ class DeltaMember:
         self.parallelism = parallelism or job.parallelism
         self._rounds: Rounds | None = None
         self._watermark: int | None = None
+        self._followed = False
 
     def waiting(self) -> str | None:
+        if self._followed and not table_exists(self.target):
+            raise gone(self.name, self.target)
         state = job_state.read_state(self.target)
         if not state or not table_exists(self.target):
             return WAIT_NO_MV
@@ -97,6 +108,7 @@ class DeltaMember:
             return WAIT_CREATING
         if control.effective_settings(self.job).paused:
             return WAIT_PAUSED
+        self._followed = True
         return None
 
     def rounds(self) -> Rounds:
@@ -144,16 +156,20 @@ class KafkaMvMember:
         self.job = job
         self.name = job.name
         self.target = job.target
+        self._followed = False
 
     def waiting(self) -> str | None:
         from airflow_backfill.kafka.positions import backfill_position
 
         if not table_exists(self.target):
+            if self._followed:
+                raise gone(self.name, self.target)
             return WAIT_NO_MV
         if not backfill_position(self.target).finished:
             return WAIT_CREATING
         if control.read_overrides(self.target).get("rate_limit") == control.PAUSED_RATE_LIMIT:
             return WAIT_PAUSED
+        self._followed = True
         return None
 
     def pending(self) -> bool:
