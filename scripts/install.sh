@@ -20,6 +20,14 @@ if ! command -v chromium >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  # The many-MV end-to-end test runs Airflow's metadata database on PostgreSQL
+  # (tests/postgres.py starts a server of its own on 127.0.0.1; the demo keeps SQLite).
+  echo "== installing PostgreSQL (apt-get)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+fi
+
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 if [ ! -x .venv/bin/python ]; then

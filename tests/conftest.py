@@ -108,6 +108,16 @@ def s3(tmp_path_factory):
         yield server
 
 
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server on 127.0.0.1 for the whole test session (Airflow's metadata
+    database in the many-MV end-to-end test)."""
+    from postgres import postgres_server
+
+    with postgres_server() as server:
+        yield server
+
+
 @pytest.fixture
 def s3_tables(s3, spark, monkeypatch) -> dict[str, str]:
     """An upstream and MV location in a fresh bucket; this process (engine, delta-rs, the
