@@ -16,13 +16,14 @@ folder fresh (`shared_forward/`). `forward="task"` keeps today's shape instead: 
 job's DAG ends with its own `forward` task.
 
 A job file that fails to load does not hide the others: their DAGs are built, and the
-folder's errors become one import error of the DAG file (Airflow shows it on its
-"DAG Import Errors" list), each naming the job file and the field.
+file becomes an import error of its own (Airflow's "DAG Import Errors" list, under the
+job file's path), naming the field (`JobFileErrorDag`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -33,7 +34,7 @@ import pendulum
 from airflow.sdk import DAG, Asset, AssetAll
 
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.job_folder import FolderJob, JobFolder, load_job_folder
+from airflow_backfill.job_folder import FolderJob, JobFileError, JobFolder, load_job_folder
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.kafka.task_group import kafka_backfill_task_group
 from airflow_backfill.operators.shared_forward import SharedForwardOperator
@@ -45,15 +46,43 @@ SHARED_FORWARD_DAG = "shared_forward"
 DEFAULT_START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
-class JobFolderErrors(DAG):
-    """Stands for the folder's job files that failed to load. Airflow validates each DAG of
-    a file before keeping it; this one's validation fails with the errors, so the DAG
-    processor records them as the DAG file's import error and keeps the other DAGs."""
+class JobFileErrorDag(DAG):
+    """Stands for one job file that failed to load, so that the DAG processor records the
+    error as an import error *of that job file* and keeps the folder's other DAGs.
 
-    job_file_errors: str = "a job file failed to load"
+    Airflow marks every DAG of a file that has an import error as stale, so the error
+    must not belong to the DAG file. A DAG that fails to serialize is reported under its
+    own `relative_fileloc`: this one reports the job file's path (relative to the DAG
+    bundle, as Airflow's import errors are) and fails to serialize with the error. The
+    DAG processor clears import errors of files it does not list as DAG files when it
+    refreshes the bundle, and records it again at the next parse of the DAG file: a job
+    file that was fixed drops off the list at the latest at the next bundle refresh.
+    """
 
-    def validate(self) -> None:
-        raise BackfillConfigError(self.job_file_errors)
+    job_file: str = ""
+    job_file_error: str = "a job file failed to load"
+    _dag_file_relative: str | None = None
+
+    @property  # type: ignore[override]
+    def relative_fileloc(self) -> str | None:
+        fileloc, dag_file = getattr(self, "fileloc", None), self._dag_file_relative
+        if not fileloc or not dag_file or not fileloc.endswith(dag_file):
+            return dag_file
+        bundle = fileloc[: -len(dag_file)] or os.sep
+        return os.path.relpath(self.job_file, bundle)
+
+    @relative_fileloc.setter
+    def relative_fileloc(self, value: str | None) -> None:
+        self._dag_file_relative = value
+
+    @property  # type: ignore[override]
+    def edge_info(self) -> dict[str, Any]:
+        """Read when the DAG is serialized, never before: the error surfaces there."""
+        raise BackfillConfigError(self.job_file_error)
+
+    @edge_info.setter
+    def edge_info(self, value: dict[str, Any]) -> None:
+        """Airflow's constructor sets it; this DAG has no edges."""
 
 
 def backfill_dags(
@@ -107,8 +136,8 @@ def backfill_dags(
                                   workers=forward_workers, conn_id=conn_id, retries=1000,
                                   **dict(forward_kwargs or {}))
         dags[dag_id] = dag
-    if loaded.errors:
-        _report_errors(loaded, dag_id_prefix, start_date)
+    for error in loaded.errors:
+        _report_error(error, dag_id_prefix, start_date)
     return dags
 
 
@@ -151,8 +180,10 @@ def _job_group(entry: FolderJob, *, forward: str, conn_id: str, **group_kwargs: 
     backfill_task_group(entry.job, conn_id=conn_id, forward=forward == FORWARD_TASK, ready=True, **group_kwargs)
 
 
-def _report_errors(loaded: JobFolder, dag_id_prefix: str, start_date: datetime) -> None:
-    errors = "\n".join(error.message for error in loaded.errors)
-    with JobFolderErrors(dag_id=f"{dag_id_prefix}job_folder_errors", schedule=None, start_date=start_date) as dag:
+def _report_error(error: JobFileError, dag_id_prefix: str, start_date: datetime) -> None:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(error.path).stem)
+    with JobFileErrorDag(dag_id=f"{dag_id_prefix}job_file_error.{stem}", schedule=None,
+                         start_date=start_date) as dag:
         pass
-    dag.job_file_errors = f"{len(loaded.errors)} job file(s) of {loaded.folder} failed to load:\n{errors}"
+    dag.job_file = error.path
+    dag.job_file_error = error.message

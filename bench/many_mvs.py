@@ -178,7 +178,7 @@ def spark_submit(script: str, args: list[str], log: Path) -> subprocess.Popen:
 class TreeSampler:
     """Resident memory and CPU of process trees, sampled every second."""
 
-    def __init__(self, roots: list[subprocess.Popen]) -> None:
+    def __init__(self, roots: list[Any]) -> None:
         import psutil
 
         self.psutil = psutil
@@ -418,6 +418,11 @@ def run_many_mvs(settings: ManyMvsSettings, tpch_lineitem: str | None) -> dict[s
         result["steady"] = measured_window(settings, jobs, forward)
         if tpch_lineitem is not None:
             result["with_backfill"] = with_tpch_backfill(settings, jobs, forward, tpch_lineitem, work)
+        stop(forward)
+        # The alternatives, on the same MVs with the upstreams still committing.
+        result["single_mv_forward"] = single_mv_forward(settings, jobs[0], work)
+        result["single_mv_forward"]["projected_rss_gib_for_all"] = round(
+            result["single_mv_forward"]["idle_rss_mib"] * len(jobs) / 1024, 2)
     finally:
         stop(forward)
         stop(writer)
@@ -425,11 +430,73 @@ def run_many_mvs(settings: ManyMvsSettings, tpch_lineitem: str | None) -> dict[s
     result["member_failures"] = {name: member["failures"] for name, member in status.get("members", {}).items()
                                  if member.get("failures")}
     result["exact"] = check_exact(jobs, work / "check.log")
-    result["single_mv_forward"] = single_mv_forward(settings, jobs[0], work)
-    result["single_mv_forward"]["projected_rss_gib_for_all"] = round(
-        result["single_mv_forward"]["idle_rss_mib"] * len(jobs) / 1024, 2)
+    result["airflow"] = airflow_stack_memory(work)
+    steady_rss = result["steady"]["rss_peak_mib"]
+    airflow_rss = result["airflow"].get("rss_peak_mib")
+    if airflow_rss is not None:
+        result["platform_rss_peak_gib"] = round((steady_rss + airflow_rss) / 1024, 2)
     result["status"] = "measured"
     return result
+
+
+AIRFLOW_DAG_FILE = """
+from airflow_backfill.folder_dags import backfill_dags
+
+backfill_dags({folder!r})
+"""
+
+
+def airflow_stack_memory(work: Path) -> dict[str, Any]:
+    """Airflow's own processes with the folder's DAGs parsed (scheduler, DAG processor,
+    triggerer, API server on PostgreSQL, DAGs paused so nothing runs): their resident
+    memory over 30 s once every DAG is parsed."""
+    tests = str(Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from airflow_processes import airflow_env, run_airflow, start
+    from airflow_processes import stop as stop_airflow
+    from postgres import postgres_server
+
+    from airflow_backfill.loopback import free_port
+
+    home = work / "airflow"
+    dags = home / "dags"
+    dags.mkdir(parents=True, exist_ok=True)
+    (dags / "jobs.py").write_text(AIRFLOW_DAG_FILE.format(folder=str(work / "jobs")))
+    url = f"http://127.0.0.1:{free_port()}"
+    with postgres_server() as database:
+        env = {**airflow_env(home, dags, url, {"admin": "admin-secret"}, {"admin": "admin"}),
+               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database.sqlalchemy_url,
+               "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+               "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{url}/execution/"}
+        migrated = run_airflow("db", "migrate", env=env, timeout=900)
+        if migrated.returncode != 0:
+            return {"status": f"failed: airflow db migrate: {migrated.stderr[-300:]}"}
+        processes = [start(["api-server", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1], "--workers", "1"],
+                           env, home / "api-server.log"),
+                     start(["scheduler", "--skip-serve-logs"], env, home / "scheduler.log"),
+                     start(["dag-processor"], env, home / "dag-processor.log"),
+                     start(["triggerer", "--skip-serve-logs"], env, home / "triggerer.log")]
+        postmaster = database.postmaster_pid()
+        try:
+            time.sleep(90.0)  # start-up and the first parse of the folder's DAGs
+            sampler = TreeSampler(processes)
+            if postmaster is not None:
+                sampler.popens.append(_Pid(postmaster))
+            time.sleep(30.0)
+            usage = sampler.stop()
+        finally:
+            stop_airflow(processes)
+    return {"rss_peak_mib": usage["rss_peak_mib"], "rss_mean_mib": usage["rss_mean_mib"],
+            "cpu_cores": usage["cpu_cores"], "processes": "api-server (1 worker), scheduler (LocalExecutor), "
+            "dag-processor, triggerer and PostgreSQL's server, each with its children"}
+
+
+@dataclass(frozen=True)
+class _Pid:
+    """A process the sampler follows that this process did not start."""
+
+    pid: int
 
 
 def with_tpch_backfill(settings: ManyMvsSettings, jobs: list[dict[str, Any]], forward: subprocess.Popen,

@@ -26,6 +26,15 @@ USER = "airflow"
 @dataclass(frozen=True)
 class PostgresServer:
     port: int
+    folder: str
+    """The server's own folder (its data and sockets)."""
+
+    def postmaster_pid(self) -> int | None:
+        """The server's main process (its other processes are its children)."""
+        try:
+            return int((Path(self.folder) / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
 
     @property
     def sqlalchemy_url(self) -> str:
@@ -72,7 +81,7 @@ def postgres_server() -> Iterator[PostgresServer]:
     try:
         subprocess.run([str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", USER, DATABASE],
                        timeout=60, **run)  # type: ignore[call-overload]
-        yield PostgresServer(port)
+        yield PostgresServer(port, str(folder))
     finally:
         subprocess.run(_as_server_user([str(binaries / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "30",
                                         "stop"]), timeout=60, capture_output=True, check=False)

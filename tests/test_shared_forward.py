@@ -21,7 +21,7 @@ from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.job_folder import load_job_folder
 from airflow_backfill.shared_forward.folder import folder_members
-from airflow_backfill.shared_forward.loop import SharedForward
+from airflow_backfill.shared_forward.loop import SharedForward, worker_session
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.spark
@@ -122,3 +122,22 @@ def test_one_session_keeps_every_mv_fresh_and_isolates_failures(spark, tmp_path:
     assert "plain_b.yaml: parallelism must be between 1 and 1024, got -3" in message
     assert result["done"].commits["over_plain_a"] >= 1
     assert job_state.read_state(jobs["plain_a"].target)["forward_shared"] is True
+
+
+def test_each_worker_has_its_own_views_and_settings(spark):
+    """Rounds register temporary views under fixed names (`source`): two MVs' rounds in two
+    threads must not read each other's upstream."""
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        first, second = worker_session(spark), worker_session(spark)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert first.conf.get("spark.sql.shuffle.partitions") == "3"
+    first.range(2).createOrReplaceTempView("source")
+    second.range(5).createOrReplaceTempView("source")
+    second.conf.set("spark.sql.shuffle.partitions", "1")
+    assert first.sql("SELECT COUNT(*) FROM source").collect()[0][0] == 2
+    assert second.sql("SELECT COUNT(*) FROM source").collect()[0][0] == 5
+    assert first.conf.get("spark.sql.shuffle.partitions") == "3"
+    assert first.sparkContext is spark.sparkContext

@@ -9,6 +9,11 @@ again at once (epochs may have arrived meanwhile) while an idle one waits
 file added to the folder joins without a restart, and a file that became invalid drops
 its member and reports why.
 
+Each worker thread runs its rounds in a session of its own (`worker_session`): one
+SparkContext, JVM and cache for all, but separate temporary views and SQL settings, since
+rounds register views under fixed names (`source`, the change views) and set their
+shuffle partitions.
+
 A member whose round fails is isolated: the error is logged, recorded in its MV's state
 file (`forward_error`, which `airflow-backfill status` and the page show) and in the
 status file, and the member is retried after a back-off that doubles up to
@@ -80,6 +85,16 @@ class SharedForwardResult:
     stopped_by: str
 
 
+def worker_session(spark: SparkSession) -> SparkSession:
+    """A session on `spark`'s context with its own temporary views and SQL settings, starting
+    from `spark`'s current settings."""
+    session = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if spark.conf.isModifiable(key):
+            session.conf.set(key, value)
+    return session
+
+
 class SharedForward:
     """The loop; `run()` returns when `stop` is set or `max_seconds` passed."""
 
@@ -104,6 +119,7 @@ class SharedForward:
         self.members: dict[str, MemberStatus] = {}
         self.declarations: dict[str, Any] = {}
         self.load_errors: dict[str, str] = {}
+        self._thread = threading.local()
 
     def run(self, stop: threading.Event, max_seconds: float | None = None) -> SharedForwardResult:
         started = time.monotonic()
@@ -216,7 +232,10 @@ class SharedForward:
         status.waiting = member.waiting()
         if status.waiting is not None or not member.pending():
             return 0
-        return member.run_round(self.spark)
+        session = getattr(self._thread, "spark", None)
+        if session is None:
+            session = self._thread.spark = worker_session(self.spark)
+        return member.run_round(session)
 
     def status(self) -> dict[str, Any]:
         return {"updated_at": time.time(), "pid": os.getpid(),

@@ -67,6 +67,7 @@ def test_each_job_file_becomes_a_dag_and_mvs_over_mvs_wait_for_their_backfill(tm
     bag = bag_of(root)
     assert bag.import_errors == {}
     assert sorted(bag.dags) == ["joined", "orders_big", "orders_mv", "shared_forward"]
+    assert sorted(dag.dag_id for dag in parse_as_the_dag_processor(root).serialized_dags) == sorted(bag.dags)
     lake = (root / "jobs" / "lake").resolve()
 
     def ready(name: str) -> Asset:
@@ -93,20 +94,35 @@ def test_each_job_file_becomes_a_dag_and_mvs_over_mvs_wait_for_their_backfill(tm
     assert forward.folder == str((root / "jobs").resolve())
 
 
-def test_a_bad_job_file_is_an_import_error_naming_the_file_and_field_and_hides_no_other_dag(tmp_path, elsewhere):
+def parse_as_the_dag_processor(root: Path):
+    """What Airflow's DAG processor records for the DAG file: its serialized DAGs and its
+    import errors, keyed by path relative to the bundle (the DAG folder)."""
+    import structlog
+    from airflow.dag_processing.processor import DagFileParseRequest, _parse_file
+
+    request = DagFileParseRequest(file=str(root / "dags" / "jobs_dag.py"), bundle_path=root / "dags",
+                                  bundle_name="dags-folder", callback_requests=[])
+    return _parse_file(request, structlog.get_logger())
+
+
+def test_a_bad_job_file_is_an_import_error_of_its_own_naming_the_field_and_hides_no_other_dag(tmp_path, elsewhere):
     root = make_folder(tmp_path, {
         "good.yaml": job_file("good", "lake/orders"),
         "bad.yaml": job_file("bad", "lake/orders", parallelism=0),
         "also_bad.yaml": "name: also_bad\nsource: lake/orders\ntarget: lake/x\nprimary_key: [id]\n",
         "same_name.yaml": job_file("good", "lake/other").replace("lake/good", "lake/good2"),
     })
-    bag = bag_of(root)
-    assert sorted(bag.dags) == ["good", "shared_forward"]
-    (error,) = bag.import_errors.values()
-    jobs = root / "jobs"
-    assert f"job file {jobs / 'bad.yaml'}: parallelism must be between 1 and 1024, got 0" in error
-    assert f"job file {jobs / 'also_bad.yaml'}: missing required field(s) query" in error
-    assert f"job file {jobs / 'same_name.yaml'}: name 'good' is already the name of the job in" in error
+    parsed = parse_as_the_dag_processor(root)
+    assert sorted(dag.dag_id for dag in parsed.serialized_dags) == ["good", "shared_forward"]
+    # Each error belongs to its job file, not to the DAG file: Airflow marks every DAG of
+    # a file with an import error stale, and the DAG file's DAGs must stay.
+    assert sorted(parsed.import_errors) == ["../jobs/also_bad.yaml", "../jobs/bad.yaml", "../jobs/same_name.yaml"]
+    jobs = (root / "jobs").resolve()
+    errors = parsed.import_errors
+    assert f"job file {jobs / 'bad.yaml'}: parallelism must be between 1 and 1024, got 0" in errors["../jobs/bad.yaml"]
+    assert f"job file {jobs / 'also_bad.yaml'}: missing required field(s) query" in errors["../jobs/also_bad.yaml"]
+    assert "name 'good' is already the name of the job in" in errors["../jobs/same_name.yaml"]
+    assert bag_of(root).import_errors == {}  # parsing alone (a worker running a task) is not disturbed
 
 
 def test_mvs_reading_each_other_in_a_cycle_are_refused(tmp_path):
