@@ -345,6 +345,14 @@ print(json.dumps(failures))
     return {"checked": len(jobs), "exact": len(jobs) - len(failures), "failures": failures}
 
 
+def contained(measure: Any, *args: Any) -> dict[str, Any]:
+    """One measurement; its failure is reported in its place, the section's other figures kept."""
+    try:
+        return dict(measure(*args))
+    except Exception as error:
+        return {"status": f"failed: {type(error).__name__}: {str(error)[-400:]}"}
+
+
 def stop(process: subprocess.Popen, timeout: float = 60.0) -> None:
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
@@ -382,7 +390,10 @@ def single_mv_forward(settings: ManyMvsSettings, job: dict[str, Any], work: Path
     once = spark_submit("forward.py", ["--job", str(job_file), "--parallelism", "1", "--max-epochs", "1"],
                         work / "forward_once.log")
     peak = TreeSampler([once])
-    once.wait(600)
+    try:
+        once.wait(600)
+    except subprocess.TimeoutExpired:
+        stop(once)
     run = peak.stop()
     return {"idle_rss_mib": usage["rss_mean_mib"], "idle_cpu_cores": usage["cpu_cores"],
             "per_commit_run_s": round(time.monotonic() - started, 2), "per_commit_rss_peak_mib": run["rss_peak_mib"],
@@ -420,17 +431,18 @@ def run_many_mvs(settings: ManyMvsSettings, tpch_lineitem: str | None) -> dict[s
             result["with_backfill"] = with_tpch_backfill(settings, jobs, forward, tpch_lineitem, work)
         stop(forward)
         # The alternatives, on the same MVs with the upstreams still committing.
-        result["single_mv_forward"] = single_mv_forward(settings, jobs[0], work)
-        result["single_mv_forward"]["projected_rss_gib_for_all"] = round(
-            result["single_mv_forward"]["idle_rss_mib"] * len(jobs) / 1024, 2)
+        result["single_mv_forward"] = contained(single_mv_forward, settings, jobs[0], work)
+        if "idle_rss_mib" in result["single_mv_forward"]:
+            result["single_mv_forward"]["projected_rss_gib_for_all"] = round(
+                result["single_mv_forward"]["idle_rss_mib"] * len(jobs) / 1024, 2)
     finally:
         stop(forward)
         stop(writer)
     status = json.loads((work / "status.json").read_text()) if (work / "status.json").exists() else {}
     result["member_failures"] = {name: member["failures"] for name, member in status.get("members", {}).items()
                                  if member.get("failures")}
-    result["exact"] = check_exact(jobs, work / "check.log")
-    result["airflow"] = airflow_stack_memory(work)
+    result["exact"] = contained(check_exact, jobs, work / "check.log")
+    result["airflow"] = contained(airflow_stack_memory, work)
     steady_rss = result["steady"]["rss_peak_mib"]
     airflow_rss = result["airflow"].get("rss_peak_mib")
     if airflow_rss is not None:
