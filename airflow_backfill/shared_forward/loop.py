@@ -95,6 +95,19 @@ def worker_session(spark: SparkSession) -> SparkSession:
     return session
 
 
+def make_active(session: SparkSession) -> None:
+    """Make `session` the JVM's active session of the calling thread.
+
+    Delta's own calls that take no session (`DeltaLog.startTransaction()`) use the JVM's
+    active session of the thread, or else its default one; a worker thread's JVM thread
+    has none of its own, and one round of the end-to-end test found no default either
+    ("No active or default Spark session found"). PySpark has no public call for this.
+    """
+    jvm = session._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+
+
 class SharedForward:
     """The loop; `run()` returns when `stop` is set or `max_seconds` passed."""
 
@@ -235,6 +248,7 @@ class SharedForward:
         session = getattr(self._thread, "spark", None)
         if session is None:
             session = self._thread.spark = worker_session(self.spark)
+        make_active(session)
         return member.run_round(session)
 
     def status(self) -> dict[str, Any]:
