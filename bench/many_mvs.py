@@ -176,7 +176,12 @@ def spark_submit(script: str, args: list[str], log: Path) -> subprocess.Popen:
 
 
 class TreeSampler:
-    """Resident memory and CPU of process trees, sampled every second."""
+    """Resident memory and CPU of process trees, sampled every second.
+
+    Resident memory is summed two ways: RSS counts the pages that forked processes share
+    (Airflow's LocalExecutor workers, the API server's worker) once per process, so its sum
+    overstates; PSS divides each shared page among the processes that map it, so its sum
+    is the memory the tree really holds."""
 
     def __init__(self, roots: list[Any]) -> None:
         import psutil
@@ -184,6 +189,8 @@ class TreeSampler:
         self.psutil = psutil
         self.popens = roots  # may grow while sampled (a backfill's second phase)
         self.samples: list[int] = []
+        self.pss_samples: list[int] = []
+        self.process_counts: list[int] = []
         self.cpu_start = self.cpu_seconds()
         self.started = time.monotonic()
         self._stop = threading.Event()
@@ -210,18 +217,23 @@ class TreeSampler:
                 continue
         return total
 
-    def rss(self) -> int:
-        total = 0
+    def sample(self) -> None:
+        rss = pss = count = 0
         for process in self.processes():
             try:
-                total += process.memory_info().rss
-            except self.psutil.NoSuchProcess:
+                memory = process.memory_full_info()
+            except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
                 continue
-        return total
+            rss += memory.rss
+            pss += getattr(memory, "pss", memory.rss)
+            count += 1
+        self.samples.append(rss)
+        self.pss_samples.append(pss)
+        self.process_counts.append(count)
 
     def _run(self) -> None:
         while not self._stop.wait(1.0):
-            self.samples.append(self.rss())
+            self.sample()
 
     def stop(self) -> dict[str, Any]:
         cpu = self.cpu_seconds() - self.cpu_start
@@ -229,7 +241,10 @@ class TreeSampler:
         self._stop.set()
         self._thread.join()
         mib = [sample / 2**20 for sample in self.samples] or [0.0]
-        return {"rss_peak_mib": round(max(mib), 1), "rss_mean_mib": round(sum(mib) / len(mib), 1),
+        pss = [sample / 2**20 for sample in self.pss_samples] or [0.0]
+        return {"pss_peak_mib": round(max(pss), 1), "pss_mean_mib": round(sum(pss) / len(pss), 1),
+                "rss_peak_mib": round(max(mib), 1), "rss_mean_mib": round(sum(mib) / len(mib), 1),
+                "processes": max(self.process_counts or [0]),
                 "cpu_cores": round(cpu / seconds, 3) if seconds else None, "seconds": round(seconds, 1)}
 
 
@@ -278,8 +293,12 @@ def reflected_versions(job: dict[str, Any], commits: list[dict[str, Any]]) -> li
     return found
 
 
-def freshness(jobs: list[dict[str, Any]], start: float, end: float) -> dict[str, Any]:
-    """Upstream commit to the first MV commit reflecting it, for upstream commits in [start, end)."""
+def freshness(jobs: list[dict[str, Any]], start: float, end: float, observed_until: float) -> dict[str, Any]:
+    """Upstream commit to the first MV commit reflecting it, for upstream commits in [start, end).
+
+    A commit that no MV commit reflected by `observed_until` counts with its lower bound,
+    `observed_until` minus its commit time (leaving it out would flatter the figures).
+    """
     upstream_times: dict[str, dict[int, float]] = {}
     lags: list[float] = []
     per_mv: dict[str, float] = {}
@@ -298,7 +317,7 @@ def freshness(jobs: list[dict[str, Any]], start: float, end: float) -> dict[str,
                 first = next((at for reflected_version, at in mine if reflected_version >= version), None)
                 if first is None:
                     missed += 1
-                    continue
+                    first = observed_until
                 mv_lags.append(max(0.0, first - committed_at))
         lags += mv_lags
         if mv_lags:
@@ -307,7 +326,7 @@ def freshness(jobs: list[dict[str, Any]], start: float, end: float) -> dict[str,
         return {"status": "failed: no upstream commit in the window was reflected", "missed": missed}
     worst = sorted(per_mv.items(), key=lambda item: -item[1])[:3]
     return {"median_s": round(median(lags), 3), "p95_s": round(percentile(lags, 0.95), 3),
-            "max_s": round(max(lags), 3), "samples": len(lags), "not_reflected": missed,
+            "max_s": round(max(lags), 3), "samples": len(lags), "not_reflected_counted_as_lower_bound": missed,
             "worst_mv_medians_s": dict(worst)}
 
 
@@ -374,7 +393,8 @@ def measured_window(settings: ManyMvsSettings, jobs: list[dict[str, Any]], forwa
     usage = sampler.stop()
     # Commits in the last seconds of the window are measured once the MVs caught up with them.
     time.sleep(min(30.0, settings.window_s / 4))
-    return {**usage, "freshness": freshness(jobs, start, end)}
+    return {**usage, "window": [round(start, 3), round(end, 3)],
+            "freshness": freshness(jobs, start, end, observed_until=time.time())}
 
 
 def single_mv_forward(settings: ManyMvsSettings, job: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -443,10 +463,14 @@ def run_many_mvs(settings: ManyMvsSettings, tpch_lineitem: str | None) -> dict[s
                                  if member.get("failures")}
     result["exact"] = contained(check_exact, jobs, work / "check.log")
     result["airflow"] = contained(airflow_stack_memory, work)
-    steady_rss = result["steady"]["rss_peak_mib"]
-    airflow_rss = result["airflow"].get("rss_peak_mib")
-    if airflow_rss is not None:
-        result["platform_rss_peak_gib"] = round((steady_rss + airflow_rss) / 1024, 2)
+    airflow = result["airflow"]
+    if "pss_peak_mib" in airflow:
+        for window in ("steady", "with_backfill"):
+            if window in result:
+                result[f"platform_{window}_pss_peak_gib"] = round(
+                    (result[window]["pss_peak_mib"] + airflow["pss_peak_mib"]) / 1024, 2)
+                result[f"platform_{window}_rss_peak_gib"] = round(
+                    (result[window]["rss_peak_mib"] + airflow["rss_peak_mib"]) / 1024, 2)
     result["status"] = "measured"
     return result
 
@@ -492,15 +516,12 @@ def airflow_stack_memory(work: Path) -> dict[str, Any]:
         postmaster = database.postmaster_pid()
         try:
             time.sleep(90.0)  # start-up and the first parse of the folder's DAGs
-            sampler = TreeSampler(processes)
-            if postmaster is not None:
-                sampler.popens.append(_Pid(postmaster))
+            sampler = TreeSampler([*processes, *([_Pid(postmaster)] if postmaster is not None else [])])
             time.sleep(30.0)
             usage = sampler.stop()
         finally:
             stop_airflow(processes)
-    return {"rss_peak_mib": usage["rss_peak_mib"], "rss_mean_mib": usage["rss_mean_mib"],
-            "cpu_cores": usage["cpu_cores"], "processes": "api-server (1 worker), scheduler (LocalExecutor), "
+    return {**usage, "what": "api-server (1 worker), scheduler (LocalExecutor, default parallelism), "
             "dag-processor, triggerer and PostgreSQL's server, each with its children"}
 
 

@@ -54,7 +54,7 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 LONGEST_MODULES = (
     "test_bench_smoke.py", "test_dag_run.py", "test_tpch_dag.py", "test_object_store_dag.py", "test_spark_cluster.py",
-    "test_tpch_q3_dag.py",
+    "test_tpch_q3_dag.py", "test_many_mvs_postgres.py",
 )
 """Modules whose tests take minutes each (see the `--durations` report of scripts/test.sh)."""
 
