@@ -563,7 +563,7 @@ def with_tpch_backfill(settings: ManyMvsSettings, jobs: list[dict[str, Any]], fo
 
 def many_mvs_section(work_dir: str, tables: Any, args: Any) -> dict[str, Any]:
     settings = ManyMvsSettings(work_dir=work_dir, mvs=args.mvs, window_s=args.many_mvs_window,
-                               epoch_interval=args.epoch_interval, seed=args.seed)
+                               epoch_interval=args.epoch_interval, workers=args.many_mvs_workers, seed=args.seed)
     random.seed(settings.seed)
     lineitem = tables.lineitem if tables is not None else None
     return run_many_mvs(settings, lineitem)

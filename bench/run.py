@@ -73,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mvs", type=int, default=50, help="MVs of the many_mvs section (default 50)")
     parser.add_argument("--many-mvs-window", type=float, default=120.0,
                         help="seconds of each measured window of the many_mvs section")
+    parser.add_argument("--many-mvs-workers", type=int, default=2,
+                        help="rounds the shared forward applies at once in the many_mvs section (default 2)")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
     parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")
