@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ FORWARD_SHARED = "shared"
 FORWARD_TASK = "task"
 SHARED_FORWARD_DAG = "shared_forward"
 DEFAULT_START = pendulum.datetime(2026, 1, 1, tz="UTC")
+SHARED_FORWARD_RETRIES = 1000
+"""The shared forward runs for as long as the folder lives: a driver that died (the
+machine restarted, the JVM ran out of memory) is started again 30 s later, many times."""
 
 
 class JobFileErrorDag(DAG):
@@ -133,8 +136,8 @@ def backfill_dags(
                  tags=[*tags, "job_folder"],
                  doc_md=f"Keeps every MV of `{loaded.folder}` fresh in one Spark application.") as dag:
             SharedForwardOperator(task_id="forward", folder=loaded.folder, parallelism=forward_parallelism,
-                                  workers=forward_workers, conn_id=conn_id, retries=1000,
-                                  **dict(forward_kwargs or {}))
+                                  workers=forward_workers, conn_id=conn_id, retries=SHARED_FORWARD_RETRIES,
+                                  retry_delay=timedelta(seconds=30), **dict(forward_kwargs or {}))
         dags[dag_id] = dag
     for error in loaded.errors:
         _report_error(error, dag_id_prefix, start_date)
