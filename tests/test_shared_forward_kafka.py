@@ -19,6 +19,8 @@ from airflow_backfill.kafka.liveness import SOURCE_JOB, running
 from airflow_backfill.kafka.positions import backfill_position
 from airflow_backfill.kafka.simulator import VALUE_SCHEMA
 from airflow_backfill.kafka.source_backfill import PHASE, run_backfill
+from airflow_backfill.plugins.api import pipeline_view
+from airflow_backfill.plugins.jobs import KnownPipeline
 from airflow_backfill.shared_forward.folder import folder_members
 from airflow_backfill.shared_forward.loop import SharedForward
 
@@ -73,3 +75,9 @@ def test_a_kafka_mv_follows_its_topic_after_the_backfill(spark, kafka_simulator,
     assert assert_source_table(pipeline.source_job.table, sim.produced) == ends
     assert loop.members["orders_mv"].commits >= 1 and loop.members["source:orders_source"].commits >= 1
     assert running(pipeline.source_job.table, SOURCE_JOB) is None  # the heartbeat ends with the member
+    # The page's view of the pipeline, from the Delta logs alone: every split Finished at the
+    # topic's end, the MV in forward and caught up with the source table.
+    view = pipeline_view(KnownPipeline(pipeline, ("kafka_dag",)))
+    assert [(split["partition"], split["state"], split["offset"]) for split in view["splits"]] == [
+        (0, "Finished", ends[0]), (1, "Finished", ends[1])]
+    assert (view["status"]["phase"], view["status"]["pending_epochs"]) == ("forward", 0)
