@@ -100,6 +100,7 @@ def backfill_dags(
     forward_parallelism: int = 2,
     forward_workers: int = 2,
     forward_kwargs: Mapping[str, Any] | None = None,
+    default_args: Mapping[str, Any] | None = None,
     **group_kwargs: Any,
 ) -> dict[str, DAG]:
     """Build the DAGs of every job file of `folder` (call it at a DAG file's top level).
@@ -114,6 +115,8 @@ def backfill_dags(
     :param forward_parallelism, forward_workers: the shared forward's Spark parallelism
         and the rounds it applies at once.
     :param forward_kwargs: more `SharedForwardOperator` arguments (`status_file`, ...).
+    :param default_args: the backfill DAGs' `default_args`, e.g. `{"retries": 2}` (every
+        phase is safe to retry: a rerun resumes from what was committed).
     :param group_kwargs: passed to every Delta job's `backfill_task_group` (`verify`,
         `sensor_timeout`, `spark_conf`, ...).
     :return: the DAGs by id.
@@ -126,7 +129,7 @@ def backfill_dags(
     for entry in loaded.jobs:
         dag_id = f"{dag_id_prefix}{entry.name}"
         with DAG(dag_id=dag_id, schedule=job_schedule(loaded, entry, schedule), start_date=start_date,
-                 catchup=False, max_active_runs=1, tags=[*tags, "job_folder"],
+                 catchup=False, max_active_runs=1, tags=[*tags, "job_folder"], default_args=dict(default_args or {}),
                  doc_md=f"The backfill of `{entry.name}`, declared in `{entry.path}`.") as dag:
             _job_group(entry, forward=forward, conn_id=conn_id, **group_kwargs)
         dags[dag_id] = dag

@@ -137,10 +137,11 @@ def test_mvs_reading_each_other_in_a_cycle_are_refused(tmp_path):
 
 def test_forward_task_keeps_a_forward_per_job(tmp_path, elsewhere):
     root = make_folder(tmp_path, {"orders_mv.yaml": job_file("orders_mv", "lake/orders")},
-                       arguments=', forward="task", dag_id_prefix="lake_"')
+                       arguments=', forward="task", dag_id_prefix="lake_", default_args={"retries": 2}')
     bag = bag_of(root)
     assert sorted(bag.dags) == ["lake_orders_mv"]
     dag = bag.dags["lake_orders_mv"]
+    assert {task.retries for task in dag.tasks} == {2}
     assert dag.get_task("orders_mv.forward").upstream_task_ids == {"orders_mv.ready"}
     assert dag.get_task("orders_mv.pin_epoch").forward_task_id == "orders_mv.ready"
 

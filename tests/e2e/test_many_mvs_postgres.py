@@ -33,7 +33,12 @@ RUN_TIMEOUT_S = 900
 DAG_FILE = """
 from airflow_backfill.folder_dags import backfill_dags
 
-backfill_dags("../jobs", forward_kwargs={{"status_file": {status!r}, "poll_interval": 0.2}})
+from datetime import timedelta
+
+# Retries as a deployment sets them: a task process that dies at start on a loaded
+# machine is started again (every phase resumes from what was committed).
+backfill_dags("../jobs", forward_kwargs={{"status_file": {status!r}, "poll_interval": 0.2}},
+              default_args={{"retries": 2, "retry_delay": timedelta(seconds=5)}})
 """
 JOBS = {
     "orders_mv": ("orders", "SELECT order_id, customer_id, status, amount * quantity AS total FROM source "
