@@ -19,20 +19,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from airflow_backfill.engine.consistency.answer import DEFAULT_HISTORY, POLICY_COMMON, ConsistentVersions
 from airflow_backfill.engine.consistency.tables import TableSpec, spec_for_job, spec_for_table
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob, normalize_table_uri
+from airflow_backfill.job_folder import JOB_FILE_SUFFIXES, is_kafka_mapping, load_folder_job
 from airflow_backfill.kafka.config import KafkaBackfillJob, KafkaPipeline
 from airflow_backfill.kafka.consistency import spec_for_kafka_job
 
 Readable = BackfillJob | KafkaBackfillJob | KafkaPipeline | TableSpec | Mapping[str, Any] | str | os.PathLike[str]
 """A table to read: a job (object, mapping of its fields, or YAML file), a Kafka pipeline
 or its backfill job, a table URI, or a spec."""
-JOB_FILE_SUFFIXES = (".yaml", ".yml")
-_KAFKA_SECTIONS = {"upstream", "source_job", "backfill"}
 
 
 def consistent_versions(
@@ -77,7 +74,10 @@ def as_readable(item: Readable) -> BackfillJob | KafkaBackfillJob | TableSpec | 
     if isinstance(item, KafkaPipeline):
         return item.backfill
     if isinstance(item, Mapping):
-        return _job_from_mapping(dict(item), origin="job mapping")
+        data = dict(item)
+        if is_kafka_mapping(data):
+            return KafkaPipeline.from_mapping(data, origin="job mapping").backfill
+        return BackfillJob.from_mapping(data, origin="job mapping")
     if isinstance(item, str | os.PathLike):
         path = Path(item)
         if path.suffix in JOB_FILE_SUFFIXES:
@@ -96,22 +96,13 @@ def readable_uri(readable: BackfillJob | KafkaBackfillJob | TableSpec | str) -> 
 
 
 def load_any_job(path: str | os.PathLike[str]) -> BackfillJob | KafkaBackfillJob:
-    """A job file of either shape: a Delta job, or a Kafka job (its backfill's MV)."""
+    """A job file of either shape (`job_folder.load_folder_job`: relative table paths read
+    beside it): a Delta job, or a Kafka job (its backfill's MV)."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise BackfillConfigError(f"job file {path} does not exist; check the path.") from None
-    except yaml.YAMLError as error:
-        raise BackfillConfigError(f"job file {path} is not valid YAML: {error}") from None
-    return _job_from_mapping(data, origin=f"job file {path}")
-
-
-def _job_from_mapping(data: Any, origin: str) -> BackfillJob | KafkaBackfillJob:
-    if isinstance(data, dict) and _KAFKA_SECTIONS <= set(data):
-        pipeline = KafkaPipeline.from_mapping(data, origin=origin)
-        return pipeline.backfill
-    return BackfillJob.from_mapping(data, origin=origin)
+    if not path.is_file():
+        raise BackfillConfigError(f"job file {path} does not exist; check the path.")
+    job = load_folder_job(path, path.resolve().parent)
+    return job.backfill if isinstance(job, KafkaPipeline) else job
 
 
 def job_files_in(folder: str | os.PathLike[str]) -> list[Path]:

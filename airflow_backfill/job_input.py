@@ -2,9 +2,9 @@
 
 A relative path in a DAG file names a file beside that DAG file, not one in whatever
 folder Airflow's DAG processor or worker happens to run from: `as_job("jobs/x.yaml")`
-and `jobs_in_folder("jobs")` resolve it against the folder of the file that called them
-(the first caller outside this package and Airflow's own modules, as Airflow finds a
-DAG's `fileloc`).
+and `backfill_dags("jobs")` (`folder_dags.py`) resolve it against the folder of the file
+that called them (the first caller outside this package and Airflow's own modules, as
+Airflow finds a DAG's `fileloc`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob, load_job
 
-JOB_FILE_SUFFIXES = (".yaml", ".yml")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -75,21 +74,3 @@ def as_job(job: BackfillJob | Mapping[str, Any] | str | os.PathLike[str]) -> Bac
     raise BackfillConfigError(
         f"job must be a BackfillJob, a mapping of job fields or a YAML file path, got {type(job).__name__}."
     )
-
-
-def jobs_in_folder(folder: str | os.PathLike[str]) -> list[BackfillJob]:
-    """Every job file (`*.yaml`, `*.yml`) of `folder`, in name order, each validated; a
-    relative folder is read beside the file that names it (the DAG file), so a DAG can
-    build one task group per job file:
-
-        for job in jobs_in_folder("jobs"):
-            backfill_task_group(job)
-    """
-    path = beside_caller(folder)
-    if not path.is_dir():
-        raise BackfillConfigError(f"job folder {path} does not exist; check the path (relative paths are read "
-                                  "beside the DAG file).")
-    files = sorted(entry for entry in path.iterdir() if entry.suffix in JOB_FILE_SUFFIXES and entry.is_file())
-    if not files:
-        raise BackfillConfigError(f"job folder {path} holds no job file (*.yaml, *.yml).")
-    return [load_job(file) for file in files]

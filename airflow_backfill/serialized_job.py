@@ -32,3 +32,26 @@ class SerializesJob:
     def get_serialized_fields(cls) -> frozenset[str]:
         """Airflow's serialized fields of the operator, and the job."""
         return super().get_serialized_fields() | {SERIALIZED_JOB_FIELD}  # type: ignore[misc]
+
+
+SERIALIZED_PIPELINE_FIELD = "backfill_kafka_pipeline"
+"""The serialized task's field that holds a Kafka pipeline (`KafkaPipeline.to_mapping()` as JSON)."""
+
+
+class SerializesPipeline:
+    """Mixin for operators with a Kafka `pipeline`: its JSON goes into the serialized DAG,
+    so the page lists Kafka pipelines beside Delta jobs. It names the brokers' connection,
+    never its settings."""
+
+    pipeline: Any
+
+    @property
+    def backfill_kafka_pipeline(self) -> str:
+        import json
+
+        return json.dumps(self.pipeline.to_mapping(), sort_keys=True)
+
+    @classmethod
+    def get_serialized_fields(cls) -> frozenset[str]:
+        """Airflow's serialized fields of the operator, and the pipeline."""
+        return super().get_serialized_fields() | {SERIALIZED_PIPELINE_FIELD}  # type: ignore[misc]

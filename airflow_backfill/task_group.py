@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
 from airflow_backfill.job import BackfillJob
@@ -46,6 +47,18 @@ def delta_table_asset(location: str) -> Asset:
     """
     uri = location if "://" in location else f"file://{location}"
     return Asset(name=uri, uri=uri)
+
+
+def caught_up_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
+    """The event that the MV's backfill is done (the MV exists and trails its upstream by
+    at most `lag_threshold` epochs): what a DAG of a job over this MV is scheduled on.
+
+    Distinct from `mv_asset`, whose events every commit emits (the snapshot's included),
+    so that a job over this MV starts only once the MV is built.
+    """
+    location = as_job(job).target
+    uri = location if "://" in location else f"file://{location}"
+    return Asset(name=f"{uri}/_airflow_backfill/caught_up", uri=f"{uri}/_airflow_backfill/caught_up")
 
 
 def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
@@ -99,6 +112,8 @@ def backfill_task_group(
     verify: bool = False,
     maintenance: bool | Mapping[str, Any] = False,
     catch_up_driver_jit: str = "auto",
+    forward: bool = True,
+    ready: bool = False,
 ) -> TaskGroup:
     """The task group that backfills `job` and then keeps its MV up to date.
 
@@ -118,6 +133,10 @@ def backfill_task_group(
         options, e.g. `{"vacuum": True, "max_file_size": 64 << 20}`.
     :param catch_up_driver_jit: the catch-up driver's JIT compiler, `auto`, `quick` or
         `full` (see `LogStoreCatchUpOperator`).
+    :param forward: end with the `forward` task (False: another process keeps the MV
+        fresh, such as the shared forward of a folder of jobs, `airflow_backfill.job_folder`).
+    :param ready: add a `ready` task that emits `caught_up_asset(job)` once the MV is
+        caught up, or at once when it already was (before `forward`, when there is one).
     """
     job = as_job(job)
     group_id = group_id or job.name
@@ -131,7 +150,7 @@ def backfill_task_group(
         pin = PinEpochOperator(
             task_id="pin_epoch", job=job, trigger_rule=TriggerRule.NONE_FAILED, conf_key=group.group_id,
             snapshot_task_id=prefix + "snapshot", catch_up_task_id=prefix + "catch_up",
-            forward_task_id=prefix + "forward",
+            forward_task_id=prefix + ("ready" if ready or not forward else "forward"),
         )
         # The watermarks travel as XComArgs: typed values (an int, not its Jinja rendering)
         # and dependencies Airflow can see.
@@ -147,23 +166,40 @@ def backfill_task_group(
             reference_version=XComArg(catch_up, key="handover_version"),
             **({} if deferrable is None else {"deferrable": deferrable}),
         )
-        forward = ForwardOperator(
-            task_id="forward", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
-            max_epochs=forward_max_epochs, idle_timeout=forward_idle_timeout, **common,
-        )
+        tail = _tail_tasks(job, common, forward=forward, ready=ready, forward_max_epochs=forward_max_epochs,
+                           forward_idle_timeout=forward_idle_timeout)
         if maintenance:
             options = maintenance if isinstance(maintenance, Mapping) else {}
             maintain = MaintainMvOperator(
                 task_id="maintain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS, **options, **common
             )
-            pin >> snapshot >> catch_up >> maintain >> wait >> forward
+            pin >> snapshot >> catch_up >> maintain >> wait >> tail[0]
         else:
-            pin >> snapshot >> catch_up >> wait >> forward
-        pin >> [catch_up, forward]
+            pin >> snapshot >> catch_up >> wait >> tail[0]
+        pin >> [catch_up, tail[0]]
         if verify:
             checks = {key: value for key, value in common.items() if key != "outlets"}  # reads only
             wait >> VerifyOperator(task_id="verify", **checks)
     return group
+
+
+def _tail_tasks(
+    job: BackfillJob, common: dict[str, Any], *, forward: bool, ready: bool,
+    forward_max_epochs: int | str | None, forward_idle_timeout: float | str | None,
+) -> list[BaseOperator]:
+    """The tasks after `wait_caught_up`, in order: `ready` and/or `forward` (at least one)."""
+    tasks: list[BaseOperator] = []
+    if ready or not forward:
+        tasks.append(EmptyOperator(task_id="ready", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+                                   outlets=[caught_up_asset(job)]))
+    if forward:
+        tasks.append(ForwardOperator(
+            task_id="forward", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            max_epochs=forward_max_epochs, idle_timeout=forward_idle_timeout, **common,
+        ))
+    if len(tasks) == 2:
+        tasks[0] >> tasks[1]
+    return tasks
 
 
 def caught_up(group: TaskGroup) -> BaseOperator:

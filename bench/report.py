@@ -98,6 +98,56 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                           f"{case['engine_peak_rss_mib']:.0f} MiB vs {case['plain_peak_rss_mib']:.0f} MiB", "", ""))
     for section, memory in result.get("memory", {}).items():
         table.append((f"6. peak memory, {section}", _memory(memory), "", ""))
+    table += _many_mvs_rows(result.get("many_mvs"))
+    return table
+
+
+MANY_MVS_MEDIAN_TARGET = 3.0
+MANY_MVS_P95_TARGET = 10.0
+MANY_MVS_RSS_TARGET_GIB = 12.0
+
+
+def _many_mvs_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """The many_mvs section (bench/many_mvs.py): freshness and memory against the targets."""
+    if section is None:
+        return []
+    if section.get("status") != "measured":
+        return [("10. many MVs", _short(section.get("status")), "", "")]
+    table = []
+    mvs = section["mvs"]
+    steady = section["steady"]
+    for label, window in (("", steady), (", a new MV backfilling", section.get("with_backfill"))):
+        fresh = (window or {}).get("freshness", {})
+        if "median_s" not in fresh:
+            table.append((f"10. {mvs} MVs freshness{label}", _short(fresh.get("status")), "", ""))
+            continue
+        met = fresh["median_s"] <= MANY_MVS_MEDIAN_TARGET and fresh["p95_s"] <= MANY_MVS_P95_TARGET
+        target = f"median <= {MANY_MVS_MEDIAN_TARGET} s, p95 <= {MANY_MVS_P95_TARGET} s"
+        if window is not steady and "median_s" in steady.get("freshness", {}):
+            met = fresh["p95_s"] <= 2 * steady["freshness"]["p95_s"]
+            target = "p95 <= 2x without"
+        table.append((f"10. {mvs} MVs freshness{label}",
+                      f"median {_fmt(fresh['median_s'], ' s')}, p95 {_fmt(fresh['p95_s'], ' s')} "
+                      f"({fresh['samples']} samples); CPU {_fmt((window or {}).get('cpu_cores'))} cores", target, _verdict(met)))
+    for window, label in (("steady", ""), ("with_backfill", ", a new MV backfilling")):
+        total = section.get(f"platform_{window}_pss_peak_gib")
+        measured = section.get(window) or {}
+        table.append((f"10. {mvs} MVs resident memory (PSS), every process{label}",
+                      f"{_fmt(total, ' GiB')} (forward{' and backfill' if label else ''} "
+                      f"{_fmt(measured.get('pss_peak_mib'), ' MiB')}, Airflow and PostgreSQL "
+                      f"{_fmt(section.get('airflow', {}).get('pss_peak_mib'), ' MiB')}; RSS summed "
+                      f"{_fmt(section.get(f'platform_{window}_rss_peak_gib'), ' GiB')})",
+                      f"<= {MANY_MVS_RSS_TARGET_GIB} GiB",
+                      _verdict(None if total is None else total <= MANY_MVS_RSS_TARGET_GIB)))
+    single = section.get("single_mv_forward", {})
+    if "idle_rss_mib" in single:
+        table.append(("10. alternative: a forward task per MV",
+                      f"{_fmt(single['idle_rss_mib'], ' MiB')} each idle, {_fmt(single['projected_rss_gib_for_all'], ' GiB')} "
+                      f"for {mvs}; a run per commit {_fmt(single['per_commit_run_s'], ' s')} launch to commit", "", ""))
+    exact = section.get("exact", {})
+    if "exact" in exact:
+        table.append((f"10. {mvs} MVs exact at their last watermark", f"{exact['exact']} of {exact['checked']}",
+                      "all", _verdict(exact["exact"] == exact["checked"])))
     return table
 
 

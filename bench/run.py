@@ -15,7 +15,9 @@ nothing downloaded), then measures, each configuration in its own process:
 4. forward freshness: upstream commit to MV commit, one upstream epoch a second;
 5. orchestration overhead: `airflow dags test` against the phases' Spark time;
 6. peak memory of every case;
-7. (`submit`) catch-up and a plain recompute each as its own spark-submit, as a DAG runs them.
+7. (`submit`) catch-up and a plain recompute each as its own spark-submit, as a DAG runs them;
+8. (`many_mvs`) fifty MVs over five live upstreams kept fresh by the shared forward: memory,
+   CPU, freshness, then the same while a new MV backfills lineitem (bench/many_mvs.py).
 
 Prints a table and writes the run's JSON into bench/results/, named by date and commit
 (`bench/run_record.py`); `python bench/table.py` then puts its figures into
@@ -42,8 +44,11 @@ from bench import report, run_record  # noqa: E402
 from bench.measure import stopwatch  # noqa: E402
 from bench.workload import WARM_UP_SCALE_FACTOR  # noqa: E402
 
-SECTIONS = ("snapshot_overhead", "scaling", "catch_up", "refresh", "freshness", "orchestration", "submit")
-PARENT_SECTIONS = ("orchestration", "submit")
+SECTIONS = ("snapshot_overhead", "scaling", "catch_up", "refresh", "freshness", "orchestration", "submit",
+            "many_mvs")
+DEFAULT_SECTIONS = SECTIONS[:-1]
+"""`many_mvs` (about 20 minutes) runs only when named."""
+PARENT_SECTIONS = ("orchestration", "submit", "many_mvs")
 """Sections that start their own processes (Airflow, spark-submit) from this one."""
 CHILD_TIMEOUT_S = 30 * 60
 
@@ -66,7 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="fewer freshness epochs, two shares of updated rows and the one-row round in the "
                              "catch-up section, the stateless MV alone in the submit section, sections grouped in "
                              "one process per parallelism")
-    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--mvs", type=int, default=50, help="MVs of the many_mvs section (default 50)")
+    parser.add_argument("--many-mvs-window", type=float, default=120.0,
+                        help="seconds of each measured window of the many_mvs section")
+    parser.add_argument("--many-mvs-workers", type=int, default=2,
+                        help="rounds the shared forward applies at once in the many_mvs section (default 2)")
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
     parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")
     parser.add_argument("--epoch-interval", type=float, default=1.0, help="seconds between upstream epochs")
@@ -208,6 +218,20 @@ def _submit_section(work_dir: str, tables: Any, args: argparse.Namespace) -> dic
     return section
 
 
+def _many_mvs_section(work_dir: str, tables: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Many MVs kept fresh by one shared forward (bench/many_mvs.py)."""
+    from bench.many_mvs import many_mvs_section
+
+    print(f"[bench] many_mvs: {args.mvs} MVs over five live upstreams, one shared forward", flush=True)
+    with stopwatch() as elapsed:
+        try:
+            section = many_mvs_section(work_dir, tables, args)
+        except Exception as error:  # reported like a failed child section
+            section = {"status": f"failed: {type(error).__name__}: {str(error)[-500:]}"}
+    section["section_s"] = round(elapsed(), 3)
+    return section
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -244,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
             result["orchestration"] = orchestration
         if "submit" in args.sections:
             result["submit"] = _submit_section(work_dir, tables, args)
+        if "many_mvs" in args.sections:
+            result["many_mvs"] = _many_mvs_section(work_dir, tables, args)
     result = {"meta": run_record.finish_meta(meta, elapsed()), **result}
     failed = any(str(section.get("status", "")).startswith("failed") for section in result.values()
                  if isinstance(section, dict))

@@ -14,8 +14,12 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless procps)
 # The UI plugin's browser test drives the system's Chromium through Playwright (Playwright
 # never downloads a browser here).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+# The many-MV end-to-end test runs Airflow's metadata database on PostgreSQL
+# (tests/postgres.py starts a server of its own on 127.0.0.1; the demo keeps SQLite).
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
-  install_debian_packages "Java 17 for Spark, Chromium for the UI's browser test" "${missing[@]}"
+  install_debian_packages "Java 17 for Spark, Chromium for the UI's browser test, PostgreSQL for the many-MV test" \
+    "${missing[@]}"
 fi
 
 PYTHON=${PYTHON:-python3.11}

@@ -53,8 +53,8 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 LONGEST_MODULES = (
-    "test_differential.py", "test_bench_smoke.py", "test_dag_run.py", "test_tpch_dag.py", "test_object_store_dag.py", "test_spark_cluster.py",
-    "test_tpch_q3_dag.py",
+    "test_differential.py", "test_bench_smoke.py", "test_dag_run.py", "test_tpch_dag.py", "test_object_store_dag.py",
+    "test_spark_cluster.py", "test_tpch_q3_dag.py", "test_many_mvs_postgres.py",
 )
 """Modules whose tests take minutes each (see the `--durations` report of scripts/test.sh)."""
 
@@ -105,6 +105,16 @@ def s3(tmp_path_factory):
     from airflow_backfill.storage.loopback_s3 import loopback_s3
 
     with loopback_s3(tmp_path_factory.mktemp("s3-server")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A PostgreSQL server on 127.0.0.1 for the whole test session (Airflow's metadata
+    database in the many-MV end-to-end test)."""
+    from postgres import postgres_server
+
+    with postgres_server() as server:
         yield server
 
 

@@ -14,10 +14,11 @@ heartbeat make sure two never ingest at once. XCom carries the per-partition off
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import Asset, TaskGroup
 
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.operators.kafka import KafkaSourceBackfillOperator, KafkaSourceJobOperator
@@ -34,6 +35,7 @@ def kafka_backfill_task_group(
     backfill_timeout: float | None = 600.0,
     sensor_timeout: float = 600.0,
     conn_id: str = "spark_default",
+    ready_outlets: Sequence[Asset] = (),
     **group_kwargs: Any,
 ) -> TaskGroup:
     """The group for one pipeline (call inside a DAG context).
@@ -44,6 +46,8 @@ def kafka_backfill_task_group(
     :param source_job_until_finished: the source job task ends once every split of the
         backfill is Finished (or once no backfill has run for a minute) instead of
         running until stopped.
+    :param ready_outlets: assets `wait_finished` emits once every split is Finished (the
+        folder of jobs schedules the DAGs of MVs over this one on them).
     :param source_job_retries: retries of the source job task (a reader killed or failed
         is started again after 10 s).
     """
@@ -52,7 +56,8 @@ def kafka_backfill_task_group(
             task_id="source_backfill", pipeline=pipeline, timeout_seconds=backfill_timeout, conn_id=conn_id,
             start_source_job=with_source_job,
         )
-        wait = SplitsFinishedSensor(task_id="wait_finished", pipeline=pipeline, timeout=sensor_timeout, mode="reschedule")
+        wait = SplitsFinishedSensor(task_id="wait_finished", pipeline=pipeline, timeout=sensor_timeout, mode="reschedule",
+                                    outlets=list(ready_outlets))
         if with_source_job:
             KafkaSourceJobOperator(
                 task_id="source_job", pipeline=pipeline, conn_id=conn_id, beside_backfill=source_job_until_finished,

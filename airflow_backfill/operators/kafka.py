@@ -26,9 +26,10 @@ from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import entry_point
+from airflow_backfill.serialized_job import SerializesPipeline
 
 
-class _KafkaOperator(SparkSubmitOperator):
+class _KafkaOperator(SerializesPipeline, SparkSubmitOperator):
     entry: str = ""
 
     def __init__(self, *, pipeline: KafkaPipeline, conn_id: str = "spark_default", **kwargs: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +25,12 @@ from fastapi.responses import FileResponse, RedirectResponse
 
 from airflow_backfill.engine.alter import AlterResult, apply_alter
 from airflow_backfill.engine.control import BackfillSettings, read_overrides, validate_override_rate_limit
+from airflow_backfill.engine.job_state import read_state
 from airflow_backfill.engine.lag_history import CommitTimes, lag_history
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
 from airflow_backfill.job import BackfillJob, validate_parallelism
 from airflow_backfill.links.progress import job_page_path
-from airflow_backfill.plugins.jobs import JobRegistry, KnownJob
+from airflow_backfill.plugins.jobs import JobRegistry, KnownJob, KnownPipeline
 from airflow_backfill.plugins.page import PAGE_SCRIPT
 
 if TYPE_CHECKING:
@@ -84,7 +86,7 @@ def parse_alter_body(body: Any) -> tuple[dict[str, Any], str | None]:
     return overrides, (actions[0] if actions else None)
 
 
-def _is_authorized(user: BaseUser, method: ResourceMethod, known: KnownJob) -> bool:
+def _is_authorized(user: BaseUser, method: ResourceMethod, known: KnownJob | KnownPipeline) -> bool:
     """True when the user may `method` every DAG that declares the job."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
@@ -114,6 +116,15 @@ def register_job_storage(job: BackfillJob) -> None:
         DeltaBackfillHook.for_job(job).register_storage()
 
 
+FULL_VIEWS = 10
+"""Up to this many jobs, the list sends every job whole (commits, rounds, lag history);
+above it, a summary per job (phase, state, lag, each upstream's lag), which the page
+shows as one table that sorts and filters, and each job's own page the rest."""
+VIEW_THREADS = 8
+"""Jobs read at once for the list (each view reads a few Delta logs, mostly waiting on files)."""
+SUMMARY_STATUS_FIELDS = ("phase", "state", "watermark", "upstream_version", "pending_epochs", "lag_seconds",
+                         "mv_version", "upstreams", "source", "target")
+
 _commit_times = CommitTimes()
 """Upstream commit times the lag history has read, kept for the life of the API server."""
 
@@ -124,7 +135,8 @@ def job_view(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
     from airflow_backfill.engine.status import job_status
 
     view: dict[str, Any] = {
-        "name": known.name, "dag_ids": list(known.dag_ids), "can_edit": can_edit,
+        "name": known.name, "kind": "join" if known.job.is_join else "delta", "summary": False,
+        "dag_ids": list(known.dag_ids), "can_edit": can_edit,
         "settings": {"lag_threshold": known.job.lag_threshold, "parallelism": known.job.parallelism},
         "tasks": [{"dag_id": task.dag_id, "task_id": task.task_id, "task_type": task.task_type}
                   for task in known.tasks],
@@ -140,8 +152,61 @@ def job_view(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
             asdict(point) for point in lag_history(known.job.source, status.commits, status.upstream_version,
                                                    _commit_times)
         ]
+        view["forward_error"] = read_state(known.job.target).get("forward_error")
     except BackfillError as error:  # a damaged state file: shown, not a server error
         view["error"] = str(error)
+    return view
+
+
+def job_summary(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
+    """One job as a row of the list: its phase, state, lag and each upstream's lag."""
+    from airflow_backfill.engine.status import job_status
+
+    view: dict[str, Any] = {"name": known.name, "kind": "join" if known.job.is_join else "delta", "summary": True,
+                            "dag_ids": list(known.dag_ids), "can_edit": can_edit, "status": None, "error": None}
+    try:
+        register_job_storage(known.job)
+        status = json.loads(json.dumps(job_status(known.job).to_dict(), sort_keys=True, default=str))
+        view["status"] = {key: status.get(key) for key in SUMMARY_STATUS_FIELDS}
+        view["status"]["paused"] = bool((status.get("control") or {}).get("paused"))
+        view["forward_error"] = read_state(known.job.target).get("forward_error")
+    except BackfillError as error:
+        view["error"] = str(error)
+    return view
+
+
+def pipeline_view(known: KnownPipeline) -> dict[str, Any]:
+    """A Kafka pipeline: each split's state (from the MV's last commit), the source job's
+    committed offsets and whether it runs, and how far the MV trails the source table.
+    Read from the Delta logs only: the API server never contacts the brokers."""
+    from airflow_backfill.kafka.liveness import SOURCE_JOB, running
+    from airflow_backfill.kafka.positions import backfill_position, source_position
+
+    backfill = known.pipeline.backfill
+    view: dict[str, Any] = {
+        "name": known.name, "kind": "kafka", "summary": True, "dag_ids": list(known.dag_ids), "can_edit": False,
+        "topic": backfill.upstream.topic, "source_job": known.pipeline.source_job.name,
+        "source_table": backfill.source_table, "target": backfill.target, "splits": [], "error": None,
+    }
+    try:
+        position = backfill_position(backfill.target)
+        source = source_position(backfill.source_table)
+        view["splits"] = [{"partition": partition, "state": state.kind, "offset": state.offset, "since": state.since,
+                           "source_committed": source.committed(partition)}
+                          for partition, state in sorted(position.splits.items())]
+        finished = position.finished
+        pending = (None if source.version is None or position.source_version is None
+                   else max(0, source.version - position.source_version))
+        view["status"] = {"phase": "forward" if finished else ("backfill" if position.splits else None),
+                          "state": "created" if finished else ("creating" if position.splits else None),
+                          "pending_epochs": pending if finished else None, "lag_seconds": None,
+                          "watermark": position.source_version if finished else None,
+                          "upstream_version": source.version, "mv_version": position.mv_version,
+                          "source_job_running": running(backfill.source_table, SOURCE_JOB) is not None}
+        view["forward_error"] = read_state(backfill.target).get("forward_error")
+    except BackfillError as error:
+        view["error"] = str(error)
+        view["status"] = None
     return view
 
 
@@ -178,9 +243,21 @@ def create_app(registry: JobRegistry | None = None) -> FastAPI:
         return FileResponse(PAGE_SCRIPT, media_type="text/javascript", headers={"Cache-Control": "no-cache"})
 
     @app.get("/api/jobs")
-    def list_jobs(user: GetUserDep) -> dict[str, Any]:
+    def list_jobs(user: GetUserDep, summary: bool | None = None) -> dict[str, Any]:
+        """Every job the user may read: whole up to `FULL_VIEWS` jobs, else (or with
+        `?summary=true`) one summary each; Kafka pipelines beside them (`kind: kafka`)."""
         readable = [known for known in jobs.jobs().values() if _is_authorized(user, READ, known)]
-        return {"jobs": [job_view(known, can_edit=_is_authorized(user, EDIT, known)) for known in readable]}
+        pipelines = [known for known in jobs.pipelines().values() if _is_authorized(user, READ, known)]
+        brief = summary if summary is not None else len(readable) + len(pipelines) > FULL_VIEWS
+        view = job_summary if brief else job_view
+
+        def one(known: KnownJob) -> dict[str, Any]:
+            return view(known, can_edit=_is_authorized(user, EDIT, known))
+
+        with ThreadPoolExecutor(max_workers=VIEW_THREADS) as pool:
+            views = list(pool.map(one, readable))
+            views += list(pool.map(pipeline_view, pipelines))
+        return {"jobs": views, "summary": brief}
 
     @app.get("/api/jobs/{job_name}")
     def get_job(job_name: str, user: GetUserDep) -> dict[str, Any]:

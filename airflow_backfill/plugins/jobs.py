@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import BackfillJob
-from airflow_backfill.serialized_job import SERIALIZED_JOB_FIELD
+from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.serialized_job import SERIALIZED_JOB_FIELD, SERIALIZED_PIPELINE_FIELD
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +55,56 @@ class KnownJob:
         return self.job.name
 
 
+@dataclass(frozen=True)
+class KnownPipeline:
+    """A Kafka pipeline and the DAGs that declare it."""
+
+    pipeline: KafkaPipeline
+    dag_ids: tuple[str, ...]
+    tasks: tuple[JobTask, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.pipeline.backfill.name
+
+
 @functools.lru_cache(maxsize=4096)
 def _job_from_json(text: str) -> BackfillJob:
     return BackfillJob.from_mapping(json.loads(text), origin="serialized job")
+
+
+@functools.lru_cache(maxsize=4096)
+def _pipeline_from_json(text: str) -> KafkaPipeline:
+    return KafkaPipeline.from_mapping(json.loads(text), origin="serialized Kafka pipeline")
+
+
+def pipelines_in_serialized_dag(dag_id: str, data: Mapping[str, Any]) -> list[tuple[KafkaPipeline, JobTask]]:
+    """The Kafka pipelines the tasks of one serialized DAG carry."""
+    found = []
+    for entry in data.get("dag", {}).get("tasks", []):
+        task = entry.get("__var", entry) if isinstance(entry, Mapping) else {}
+        text = task.get(SERIALIZED_PIPELINE_FIELD)
+        if not isinstance(text, str):
+            continue
+        try:
+            pipeline = _pipeline_from_json(text)
+        except (BackfillConfigError, ValueError) as error:
+            log.warning("DAG %s task %s carries a Kafka pipeline the UI cannot read, left out: %s",
+                        dag_id, task.get("task_id"), error)
+            continue
+        found.append((pipeline, JobTask(dag_id, str(task.get("task_id")), str(task.get("task_type")))))
+    return found
+
+
+def index_pipelines(declared: Iterable[tuple[KafkaPipeline, JobTask]]) -> dict[str, KnownPipeline]:
+    """The declared Kafka pipelines by their MV's name (the first declaration of a name wins)."""
+    found: dict[str, KafkaPipeline] = {}
+    tasks: dict[str, list[JobTask]] = {}
+    for pipeline, task in sorted(declared, key=lambda pair: (pair[1].dag_id, pair[1].task_id)):
+        if found.setdefault(pipeline.backfill.name, pipeline) == pipeline:
+            tasks.setdefault(pipeline.backfill.name, []).append(task)
+    return {name: KnownPipeline(pipeline, tuple(sorted({t.dag_id for t in tasks[name]})), tuple(tasks[name]))
+            for name, pipeline in sorted(found.items())}
 
 
 def jobs_in_serialized_dag(dag_id: str, data: Mapping[str, Any]) -> list[tuple[BackfillJob, JobTask]]:
@@ -152,8 +200,10 @@ class JobRegistry:
         self._ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
-        self._per_dag: dict[str, tuple[str, list[tuple[BackfillJob, JobTask]]]] = {}
+        self._per_dag: dict[str, tuple[str, list[tuple[BackfillJob, JobTask]],
+                                       list[tuple[KafkaPipeline, JobTask]]]] = {}
         self._jobs: dict[str, KnownJob] | None = None
+        self._pipelines: dict[str, KnownPipeline] = {}
         self._refreshed_at = 0.0
 
     def jobs(self) -> dict[str, KnownJob]:
@@ -166,6 +216,12 @@ class JobRegistry:
     def get(self, name: str) -> KnownJob | None:
         return self.jobs().get(name)
 
+    def pipelines(self) -> dict[str, KnownPipeline]:
+        """The Kafka pipelines, from the same refresh as `jobs()`."""
+        self.jobs()
+        with self._lock:
+            return self._pipelines
+
     def _refresh(self) -> dict[str, KnownJob]:
         versions = self._dags.versions()
         per_dag = {}
@@ -175,6 +231,8 @@ class JobRegistry:
                 per_dag[dag_id] = cached
                 continue
             data = self._dags.load(dag_id)
-            per_dag[dag_id] = (version, jobs_in_serialized_dag(dag_id, data) if data else [])
+            per_dag[dag_id] = (version, jobs_in_serialized_dag(dag_id, data) if data else [],
+                               pipelines_in_serialized_dag(dag_id, data) if data else [])
         self._per_dag = per_dag
-        return index_jobs(pair for _, pairs in per_dag.values() for pair in pairs)
+        self._pipelines = index_pipelines(pair for _, _, pairs in per_dag.values() for pair in pairs)
+        return index_jobs(pair for _, pairs, _ in per_dag.values() for pair in pairs)

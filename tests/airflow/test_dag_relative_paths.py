@@ -7,13 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pendulum
-import pytest
 from airflow.sdk import DAG
 from readme_dag import readme_deployment
 
-from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job import load_job
-from airflow_backfill.job_input import as_job, jobs_in_folder
+from airflow_backfill.job_input import as_job
 from airflow_backfill.task_group import backfill_task_group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,24 +42,3 @@ def test_a_relative_path_resolves_beside_the_calling_file_not_the_working_direct
         backfill_task_group(str(relative))
     assert dag.get_task("orders_mv.forward").job == load_job(ROOT / "jobs" / "orders_mv.yaml")
     assert as_job(ROOT / "jobs" / "orders_mv.yaml").name == "orders_mv"  # absolute paths as given
-
-
-def test_a_job_folder_gives_every_job_file_in_name_order(tmp_path, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_BACKFILL_HOME", str(tmp_path / "home"))
-    folder = tmp_path / "jobs"
-    folder.mkdir()
-    orders = (ROOT / "jobs" / "orders_mv.yaml").read_text()
-    (folder / "b.yaml").write_text(orders)
-    (folder / "a.yml").write_text(orders.replace("name: orders_mv", "name: orders_copy").replace(
-        "/orders_mv", "/orders_copy"))
-    (folder / "notes.txt").write_text("not a job")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    relative = Path(__file__).parent.relative_to(Path(__file__).parent)  # "."
-    beside_this_file = Path(*[".."] * len(Path(__file__).parent.parts[1:])) / folder.relative_to("/")
-    assert [job.name for job in jobs_in_folder(str(relative / beside_this_file))] == ["orders_copy", "orders_mv"]
-    with pytest.raises(BackfillConfigError, match="does not exist; check the path"):
-        jobs_in_folder("no-such-folder")
-    with pytest.raises(BackfillConfigError, match="holds no job file"):
-        jobs_in_folder(elsewhere)

@@ -334,6 +334,30 @@ def test_the_page_is_in_the_browse_menu_and_links_into_airflow(open_page, api_se
     expect(page).to_have_url(dag_page)
 
 
+def test_the_job_list_sorts_and_filters_by_phase_lag_and_name(open_page):
+    from playwright.sync_api import expect
+
+    page = open_page("/plugin/airflow-backfill", "viewer")
+    table = page.get_by_test_id("jobs-table")
+    expect(table).to_be_visible(timeout=30_000)
+    for name in (API_JOB, BROWSER_JOB, "orders_mv"):
+        expect(page.get_by_test_id(f"row-{name}")).to_be_visible()
+    expect(page.get_by_test_id("row-phase-orders_mv")).to_have_text("never ran")
+    page.get_by_test_id("sort-jobs").select_option("name")
+    first = sorted((API_JOB, BROWSER_JOB, "orders_mv"))[0]
+    expect(table.locator("tbody tr").first).to_contain_text(first)
+    page.get_by_test_id("filter-phase").select_option("never ran")
+    expect(page.get_by_test_id("row-orders_mv")).to_be_visible()
+    for view in table.locator("tbody tr").all():
+        expect(view.locator("td").nth(2)).to_have_text("never ran")
+    page.get_by_test_id("filter-phase").select_option("all")
+    page.get_by_test_id("filter-name").fill(API_JOB)
+    expect(table.locator("tbody tr")).to_have_count(1)
+    expect(page.get_by_test_id(f"row-{API_JOB}")).to_be_visible()
+    page.get_by_test_id(f"row-{API_JOB}").click()
+    expect(page).to_have_url(re.compile(rf"/plugin/airflow-backfill/jobs/{API_JOB}$"))
+
+
 def test_the_example_dags_graph(open_page, images):
     """dag_graph.png in `images`, shown by the README."""
     from playwright.sync_api import expect

@@ -196,3 +196,51 @@ def test_the_lag_history_has_one_point_per_phase_commit():
     ]
     assert points[0].at == (TIMES[5] + 500) / 1000
     assert lag_history("up", commits, None, times) == []
+
+
+KAFKA_PIPELINE = {
+    "upstream": {"bootstrap_servers": "127.0.0.1:9092", "topic": "orders", "value_schema": "id BIGINT, kind STRING"},
+    "source_job": {"name": "orders_source", "table": "/lake/orders_topic"},
+    "backfill": {"name": "topic_mv", "target": "/lake/topic_mv", "query": "SELECT id, kind FROM source"},
+}
+
+
+def test_kafka_pipelines_are_listed_from_the_serialized_dag_beside_the_jobs(tmp_path):
+    from airflow_backfill.kafka.config import KafkaPipeline
+    from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+
+    pipeline = KafkaPipeline.from_mapping(KAFKA_PIPELINE)
+    with DAG("kafka", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        kafka_backfill_task_group(pipeline)
+    job = make_job("orders_mv", str(tmp_path))
+
+    class Database:
+        def versions(self):
+            return {"kafka": "1", "delta": "1"}
+
+        def load(self, dag_id):
+            return serialized(dag) if dag_id == "kafka" else serialized(make_dag("delta", job))
+
+    registry = JobRegistry(Database())
+    assert list(registry.jobs()) == ["orders_mv"]
+    (known,) = registry.pipelines().values()
+    assert known.pipeline == pipeline and known.dag_ids == ("kafka",)
+    assert sorted(task.task_type for task in known.tasks) == ["KafkaSourceBackfillOperator", "KafkaSourceJobOperator"]
+    text = json.dumps(serialized(dag))
+    assert "bootstrap" in text and "password" not in text  # the connection's id or servers, never a secret
+
+
+def test_summaries_and_pipeline_views_read_only_the_delta_logs(tmp_path):
+    """A job and a pipeline that never ran: the list's rows say so without a server error."""
+    from airflow_backfill.kafka.config import KafkaPipeline
+    from airflow_backfill.plugins.api import SUMMARY_STATUS_FIELDS, job_summary, pipeline_view
+    from airflow_backfill.plugins.jobs import KnownJob, KnownPipeline
+
+    mapping = json.loads(json.dumps(KAFKA_PIPELINE).replace("/lake", str(tmp_path)))
+    view = pipeline_view(KnownPipeline(KafkaPipeline.from_mapping(mapping), ("kafka",)))
+    assert (view["kind"], view["splits"], view["status"]["phase"], view["status"]["source_job_running"]) == (
+        "kafka", [], None, False)
+    job = make_job("orders_mv", str(tmp_path))
+    summary = job_summary(KnownJob(job, ("delta",)), can_edit=True)
+    assert summary["summary"] is True and summary["kind"] == "delta"
+    assert summary["error"] or set(summary["status"]) == {*SUMMARY_STATUS_FIELDS, "paused"}

@@ -536,6 +536,7 @@ function JobBody({ view, onChanged }) {
     h(SnapshotProgress, { name, status }),
     h(CatchUpProgress, { name, status }),
     h(LagChart, { view }),
+    h(UpstreamLags, { view }),
     h(RoundsTable, { name, rounds: status.catch_up_rounds }),
     h(CommitsTable, { name, commits: status.commits }),
     h(Controls, { view, onChanged }));
@@ -559,6 +560,110 @@ function NeverRan({ views, onChanged }) {
         `${plural(views.length, "job")} that never ran: `,
         views.map((view) => view.name).join(", "), " ▾")),
     h(Chakra.CollapsibleContent, null, ...views.map((view) => h(JobCard, { key: view.name, view, onChanged }))));
+}
+
+// ---- many jobs: one table that sorts and filters --------------------------------------
+
+const PHASE_RANK = { failing: 0, snapshot: 1, backfill: 2, catch_up: 3, forward: 4, "never ran": 5 };
+const SORTS = { lag: "Lag (largest first)", phase: "Phase", name: "Name" };
+
+function phaseOf(view) {
+  if (view.error || view.forward_error) return "failing";
+  return (view.status && view.status.phase) || "never ran";
+}
+
+function lagOf(view) {
+  const status = view.status;
+  return status && !missing(status.pending_epochs) ? status.pending_epochs : -1;
+}
+
+// A Kafka pipeline's splits counted by state: "3 Finished · 1 Backfilling".
+function splitCounts(view) {
+  const counts = {};
+  for (const split of view.splits || []) counts[split.state] = (counts[split.state] || 0) + 1;
+  return Object.entries(counts).map(([state, n]) => `${n} ${state}`).join(" · ") || "no split yet";
+}
+
+function lagDetail(view) {
+  const status = view.status;
+  if (!status) return view.error || "–";
+  if (view.kind === "kafka") {
+    const splits = (view.splits || []).map((split) => `p${split.partition} ${split.state}(${split.offset})`);
+    return `${splitCounts(view)}${splits.length ? `: ${splits.join(", ")}` : ""}` +
+      (status.source_job_running ? "" : " · source job not running");
+  }
+  if (view.kind === "join") {
+    return (status.upstreams || []).map((upstream) =>
+      `${upstream.name} ${missing(upstream.pending_epochs) ? "–" : plural(upstream.pending_epochs, "epoch")}` +
+      (missing(upstream.lag_seconds) ? "" : ` (${duration(upstream.lag_seconds)})`)).join(" · ");
+  }
+  return missing(status.lag_seconds) ? "" : `${duration(status.lag_seconds)} behind`;
+}
+
+function sortedViews(views, sort) {
+  const byName = (a, b) => a.name.localeCompare(b.name);
+  const compare = {
+    name: byName,
+    lag: (a, b) => lagOf(b) - lagOf(a) || byName(a, b),
+    phase: (a, b) => (PHASE_RANK[phaseOf(a)] ?? 9) - (PHASE_RANK[phaseOf(b)] ?? 9) || byName(a, b),
+  }[sort];
+  return [...views].sort(compare);
+}
+
+function JobsTable({ views }) {
+  const [sort, setSort] = useState("lag");
+  const [phase, setPhase] = useState("all");
+  const [text, setText] = useState("");
+  const phases = ["all", ...Object.keys(PHASE_RANK).filter((key) => views.some((view) => phaseOf(view) === key))];
+  const needle = text.trim().toLowerCase();
+  const shown = sortedViews(views.filter((view) => (phase === "all" || phaseOf(view) === phase) &&
+    (!needle || view.name.toLowerCase().includes(needle))), sort);
+  const select = (testId, value, onChange, options) => h("select", {
+    "data-testid": testId, value, onChange: (event) => onChange(event.target.value),
+    style: { padding: "4px 8px", borderRadius: "6px", border: "1px solid var(--chakra-colors-border)",
+      background: "var(--chakra-colors-bg)", color: "var(--chakra-colors-fg)" },
+  }, ...options.map(([key, label]) => h("option", { key, value: key }, label)));
+  return h(Section, { title: `Jobs (${count(shown.length)} of ${count(views.length)})` },
+    h(Chakra.HStack, { gap: 3, mb: 2, wrap: "wrap", fontSize: "sm" },
+      h(Chakra.Text, null, "Phase"),
+      select("filter-phase", phase, setPhase, phases.map((key) => [key, key === "all" ? "all" : key])),
+      h(Chakra.Text, null, "Sort by"),
+      select("sort-jobs", sort, setSort, Object.entries(SORTS)),
+      h(Chakra.Input, { size: "sm", maxW: "16rem", placeholder: "Filter by name", value: text,
+        "data-testid": "filter-name", onChange: (event) => setText(event.target.value) })),
+    h(DataTable, {
+      rows: shown, testId: "jobs-table",
+      columns: [
+        { label: "Job", render: (view) => (view.kind === "kafka" ? view.name
+          : h(RouterLink, { to: `/plugin/airflow-backfill/jobs/${encodeURIComponent(view.name)}`,
+            testId: `row-${view.name}` }, view.name)) },
+        { label: "Kind", render: (view) => view.kind },
+        { label: "Phase", render: (view) => h(Chakra.Span, { "data-testid": `row-phase-${view.name}` }, phaseOf(view)) },
+        { label: "State", render: (view) => (view.status && view.status.state) || "–" },
+        { label: "Lag (epochs)", numeric: true,
+          render: (view) => h(Chakra.Span, { "data-testid": `row-lag-${view.name}` },
+            lagOf(view) < 0 ? "–" : count(lagOf(view))) },
+        { label: "Detail", render: (view) => h(Chakra.Span, { "data-testid": `row-detail-${view.name}` },
+          view.forward_error ? `forward failing: ${view.forward_error}` : lagDetail(view)) },
+      ],
+    }));
+}
+
+// A join's lag per upstream (its chart of lag over time has one line for the whole MV).
+function UpstreamLags({ view }) {
+  const upstreams = (view.status && view.status.upstreams) || [];
+  if (upstreams.length < 2) return null;
+  return h(Section, { title: "Lag per upstream" }, h(DataTable, {
+    rows: upstreams, testId: `upstream-lags-${view.name}`,
+    columns: [
+      { label: "Upstream", render: (u) => u.name },
+      { label: "Table", render: (u) => h(Chakra.Code, { size: "sm" }, u.table) },
+      { label: "Latest epoch", numeric: true, render: (u) => count(u.upstream_version) },
+      { label: "MV reflects", numeric: true, render: (u) => count(u.watermark) },
+      { label: "Lag (epochs)", numeric: true, render: (u) => count(u.pending_epochs) },
+      { label: "Behind", numeric: true, render: (u) => (missing(u.lag_seconds) ? "–" : duration(u.lag_seconds)) },
+    ],
+  }));
 }
 
 // ---- the page --------------------------------------------------------------------------
@@ -598,9 +703,11 @@ function BackfillProgress() {
     return () => clearInterval(timer);
   }, [refresh]);
 
-  // One job's page shows it whole; the list folds the jobs that never ran.
-  const ran = (views || []).filter((view) => jobName || !neverRan(view));
-  const idle = jobName ? [] : (views || []).filter(neverRan);
+  // One job's page shows it whole. The list shows every job (Kafka pipelines included) in
+  // one table; with few jobs their cards follow, folding the jobs that never ran.
+  const whole = (views || []).filter((view) => !view.summary);
+  const ran = whole.filter((view) => jobName || !neverRan(view));
+  const idle = jobName ? [] : whole.filter(neverRan);
   return h(Chakra.Box, { p: 2, "data-testid": "backfill-progress" },
     h(Chakra.Flex, { justify: "space-between", align: "baseline", mb: 4, wrap: "wrap", gap: 2 },
       h(Chakra.Heading, { as: "h1", size: "xl" }, jobName ? `Backfill progress: ${jobName}` : "Backfill progress"),
@@ -613,6 +720,7 @@ function BackfillProgress() {
     views === null && !failure ? h(Chakra.Spinner, null) : null,
     views !== null && !views.length
       ? h(Chakra.Text, { color: "fg.muted" }, "No DAG you can read declares a backfill job.") : null,
+    !jobName && views && views.length ? h(JobsTable, { views }) : null,
     ...ran.map((view) => h(JobCard, { key: view.name, view, onChanged: refresh })),
     h(NeverRan, { views: idle, onChanged: refresh }));
 }

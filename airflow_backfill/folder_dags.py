@@ -1,0 +1,187 @@
+"""A folder of job files as DAGs: one call in a DAG file builds them all.
+
+    from airflow_backfill.folder_dags import backfill_dags
+
+    backfill_dags("jobs/")          # relative to this DAG file
+
+Each job file becomes the DAG `<prefix><job name>` holding that job's backfill (the task
+group of `task_group.py`, or of `kafka/task_group.py` for a Kafka pipeline). A job whose
+`source`/`sources` is another job's MV is scheduled on that MV's `caught_up_asset`: its
+backfill starts once the MV it reads is built (every MV it reads, for a join of MVs). The
+others run once when their DAG is unpaused (`schedule`), and again when triggered.
+
+With `forward="shared"` (the default) the backfill DAGs end at a `ready` task, and one more
+DAG, `<prefix>shared_forward`, runs one Spark application that keeps every MV of the
+folder fresh (`shared_forward/`). `forward="task"` keeps today's shape instead: each
+job's DAG ends with its own `forward` task.
+
+A job file that fails to load does not hide the others: their DAGs are built, and the
+file becomes an import error of its own (Airflow's "DAG Import Errors" list, under the
+job file's path), naming the field (`JobFileErrorDag`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Asset, AssetAll
+
+from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job_folder import FolderJob, JobFileError, JobFolder, load_job_folder
+from airflow_backfill.job_input import beside_caller
+from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+from airflow_backfill.operators.shared_forward import SharedForwardOperator
+from airflow_backfill.task_group import backfill_task_group, caught_up_asset, delta_table_asset
+
+FORWARD_SHARED = "shared"
+FORWARD_TASK = "task"
+SHARED_FORWARD_DAG = "shared_forward"
+DEFAULT_START = pendulum.datetime(2026, 1, 1, tz="UTC")
+SHARED_FORWARD_RETRIES = 1000
+"""The shared forward runs for as long as the folder lives: a driver that died (the
+machine restarted, the JVM ran out of memory) is started again 30 s later, many times."""
+
+
+class JobFileErrorDag(DAG):
+    """Stands for one job file that failed to load, so that the DAG processor records the
+    error as an import error *of that job file* and keeps the folder's other DAGs.
+
+    Airflow marks every DAG of a file that has an import error as stale, so the error
+    must not belong to the DAG file. A DAG that fails to serialize is reported under its
+    own `relative_fileloc`: this one reports the job file's path (relative to the DAG
+    bundle, as Airflow's import errors are) and fails to serialize with the error. The
+    DAG processor clears import errors of files it does not list as DAG files when it
+    refreshes the bundle, and records it again at the next parse of the DAG file: a job
+    file that was fixed drops off the list at the latest at the next bundle refresh.
+    """
+
+    job_file: str = ""
+    job_file_error: str = "a job file failed to load"
+    _dag_file_relative: str | None = None
+
+    @property  # type: ignore[override]
+    def relative_fileloc(self) -> str | None:
+        fileloc, dag_file = getattr(self, "fileloc", None), self._dag_file_relative
+        if not fileloc or not dag_file or not fileloc.endswith(dag_file):
+            return dag_file
+        bundle = fileloc[: -len(dag_file)] or os.sep
+        return os.path.relpath(self.job_file, bundle)
+
+    @relative_fileloc.setter
+    def relative_fileloc(self, value: str | None) -> None:
+        self._dag_file_relative = value
+
+    @property  # type: ignore[override]
+    def edge_info(self) -> dict[str, Any]:
+        """Read when the DAG is serialized, never before: the error surfaces there."""
+        raise BackfillConfigError(self.job_file_error)
+
+    @edge_info.setter
+    def edge_info(self, value: dict[str, Any]) -> None:
+        """Airflow's constructor sets it; this DAG has no edges."""
+
+
+def backfill_dags(
+    folder: str | os.PathLike[str],
+    *,
+    forward: str = FORWARD_SHARED,
+    dag_id_prefix: str = "",
+    schedule: Any = "@once",
+    start_date: datetime = DEFAULT_START,
+    tags: Sequence[str] = ("airflow_backfill",),
+    conn_id: str = "spark_default",
+    forward_parallelism: int = 2,
+    forward_workers: int = 2,
+    forward_kwargs: Mapping[str, Any] | None = None,
+    default_args: Mapping[str, Any] | None = None,
+    **group_kwargs: Any,
+) -> dict[str, DAG]:
+    """Build the DAGs of every job file of `folder` (call it at a DAG file's top level).
+
+    :param folder: the folder of job files; a relative path is relative to the calling
+        DAG file (not the DAG processor's working directory).
+    :param forward: `shared` (one application keeps every MV fresh) or `task` (each DAG
+        ends with its own forward task).
+    :param dag_id_prefix: put before each job's name to make its DAG id.
+    :param schedule: schedule of the jobs that read no other job's MV (default: once,
+        when the DAG is unpaused); jobs over MVs run on those MVs' caught-up assets.
+    :param forward_parallelism, forward_workers: the shared forward's Spark parallelism
+        and the rounds it applies at once.
+    :param forward_kwargs: more `SharedForwardOperator` arguments (`status_file`, ...).
+    :param default_args: the backfill DAGs' `default_args`, e.g. `{"retries": 2}` (every
+        phase is safe to retry: a rerun resumes from what was committed).
+    :param group_kwargs: passed to every Delta job's `backfill_task_group` (`verify`,
+        `sensor_timeout`, `spark_conf`, ...).
+    :return: the DAGs by id.
+    """
+    if forward not in (FORWARD_SHARED, FORWARD_TASK):
+        raise BackfillConfigError(f"forward must be {FORWARD_SHARED!r} or {FORWARD_TASK!r}, got {forward!r}.")
+    root = beside_caller(os.path.expandvars(os.fspath(folder))).resolve()
+    loaded = load_job_folder(root)
+    dags: dict[str, DAG] = {}
+    for entry in loaded.jobs:
+        dag_id = f"{dag_id_prefix}{entry.name}"
+        with DAG(dag_id=dag_id, schedule=job_schedule(loaded, entry, schedule), start_date=start_date,
+                 catchup=False, max_active_runs=1, tags=[*tags, "job_folder"], default_args=dict(default_args or {}),
+                 doc_md=f"The backfill of `{entry.name}`, declared in `{entry.path}`.") as dag:
+            _job_group(entry, forward=forward, conn_id=conn_id, **group_kwargs)
+        dags[dag_id] = dag
+    if forward == FORWARD_SHARED and loaded.jobs:
+        dag_id = f"{dag_id_prefix}{SHARED_FORWARD_DAG}"
+        with DAG(dag_id=dag_id, schedule="@once", start_date=start_date, catchup=False, max_active_runs=1,
+                 tags=[*tags, "job_folder"],
+                 doc_md=f"Keeps every MV of `{loaded.folder}` fresh in one Spark application.") as dag:
+            SharedForwardOperator(task_id="forward", folder=loaded.folder, parallelism=forward_parallelism,
+                                  workers=forward_workers, conn_id=conn_id, retries=SHARED_FORWARD_RETRIES,
+                                  retry_delay=timedelta(seconds=30), **dict(forward_kwargs or {}))
+        dags[dag_id] = dag
+    for error in loaded.errors:
+        _report_error(error, dag_id_prefix, start_date)
+    return dags
+
+
+def job_schedule(loaded: JobFolder, entry: FolderJob, default: Any) -> Any:
+    """The caught-up assets of the folder's MVs that `entry` reads (all of them), else `default`."""
+    upstreams = loaded.upstream_jobs(entry)
+    if not upstreams:
+        return default
+    assets = [_caught_up(upstream) for upstream in upstreams]
+    return assets[0] if len(assets) == 1 else AssetAll(*assets)
+
+
+def _caught_up(entry: FolderJob) -> Asset:
+    if isinstance(entry.job, KafkaPipeline):
+        return kafka_caught_up_asset(entry.job)
+    return caught_up_asset(entry.job)
+
+
+def kafka_caught_up_asset(pipeline: KafkaPipeline) -> Asset:
+    """A Kafka MV's caught-up asset: every split of its backfill is Finished."""
+    uri = delta_table_asset(pipeline.backfill.target).uri
+    return Asset(name=f"{uri}/_airflow_backfill/caught_up", uri=f"{uri}/_airflow_backfill/caught_up")
+
+
+def _job_group(entry: FolderJob, *, forward: str, conn_id: str, **group_kwargs: Any) -> None:
+    if isinstance(entry.job, KafkaPipeline):
+        # Under the shared forward the source job is one of its members (it keeps ingesting
+        # the topic); otherwise the DAG runs it as a task beside the backfill, until stopped.
+        kafka_backfill_task_group(entry.job, conn_id=conn_id, with_source_job=forward == FORWARD_TASK,
+                                  ready_outlets=[kafka_caught_up_asset(entry.job)])
+        return
+    backfill_task_group(entry.job, conn_id=conn_id, forward=forward == FORWARD_TASK, ready=True, **group_kwargs)
+
+
+def _report_error(error: JobFileError, dag_id_prefix: str, start_date: datetime) -> None:
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", Path(error.path).stem)
+    with JobFileErrorDag(dag_id=f"{dag_id_prefix}job_file_error.{stem}", schedule=None,
+                         start_date=start_date) as dag:
+        pass
+    dag.job_file = error.path
+    dag.job_file_error = error.message

@@ -1,0 +1,253 @@
+"""The shared forward: one Spark application keeps many MVs fresh.
+
+Each member (an MV, or a Kafka source job) commits on its own, with its own watermark
+and writer lock, through the same rounds as the single-MV forward. A small pool of
+threads shares the one SparkSession (Spark runs jobs from several threads at once); a
+member is in at most one thread at a time, and a member whose round finished is polled
+again at once (epochs may have arrived meanwhile) while an idle one waits
+`poll_interval`. The member set is reloaded every `rescan_interval` seconds, so a job
+file added to the folder joins without a restart, and a file that became invalid drops
+its member and reports why.
+
+Each worker thread runs its rounds in a session of its own (`worker_session`): one
+SparkContext, JVM and cache for all, but separate temporary views and SQL settings, since
+rounds register views under fixed names (`source`, the change views) and set their
+shuffle partitions.
+
+A member whose round fails is isolated: the error is logged, recorded in its MV's state
+file (`forward_error`, which `airflow-backfill status` and the page show) and in the
+status file, and the member is retried after a back-off that doubles up to
+`max_backoff`; the other members keep their pace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_backfill.engine import job_state
+from airflow_backfill.engine.delta.log import table_exists
+from airflow_backfill.engine.internals import make_active
+from airflow_backfill.shared_forward.members import LockBusy, Member
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WORKERS = 2
+DEFAULT_POLL_INTERVAL = 0.5
+DEFAULT_RESCAN_INTERVAL = 15.0
+DEFAULT_MAX_BACKOFF = 60.0
+
+
+@dataclass(frozen=True)
+class MemberSet:
+    """What a reload found: members by name, and load errors by job file."""
+
+    members: Mapping[str, Member]
+    errors: Mapping[str, str] = field(default_factory=dict)
+    declarations: Mapping[str, Any] = field(default_factory=dict)
+    """Each member's declaration (compared between reloads: a changed job is a new member)."""
+    files: Mapping[str, str] = field(default_factory=dict)
+    """Each member's job file, so that a file that fails to load drops its member."""
+
+
+@dataclass
+class MemberStatus:
+    """What the loop knows of one member (also what the status file shows)."""
+
+    member: Member
+    next_check: float = 0.0
+    running: Future[int] | None = None
+    commits: int = 0
+    failures: int = 0
+    waiting: str | None = None
+    last_error: str | None = None
+    last_commit_at: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {"kind": self.member.kind, "target": self.member.target, "commits": self.commits,
+                "failures": self.failures, "waiting": self.waiting, "last_error": self.last_error,
+                "last_commit_at": self.last_commit_at}
+
+
+@dataclass(frozen=True)
+class SharedForwardResult:
+    commits: dict[str, int]
+    failures: dict[str, int]
+    stopped_by: str
+
+
+def worker_session(spark: SparkSession) -> SparkSession:
+    """A session on `spark`'s context with its own temporary views and SQL settings, starting
+    from `spark`'s current settings."""
+    session = spark.newSession()
+    for key, value in spark.conf.getAll.items():
+        if spark.conf.isModifiable(key):
+            session.conf.set(key, value)
+    return session
+
+
+class SharedForward:
+    """The loop; `run()` returns when `stop` is set or `max_seconds` passed."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        load: Callable[[], MemberSet],
+        *,
+        workers: int = DEFAULT_WORKERS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        rescan_interval: float = DEFAULT_RESCAN_INTERVAL,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        status_path: str | None = None,
+    ) -> None:
+        self.spark = spark
+        self.load = load
+        self.workers = workers
+        self.poll_interval = poll_interval
+        self.rescan_interval = rescan_interval
+        self.max_backoff = max_backoff
+        self.status_path = status_path
+        self.members: dict[str, MemberStatus] = {}
+        self.declarations: dict[str, Any] = {}
+        self.load_errors: dict[str, str] = {}
+        self._thread = threading.local()
+
+    def run(self, stop: threading.Event, max_seconds: float | None = None) -> SharedForwardResult:
+        started = time.monotonic()
+        rescanned = -float("inf")
+        written = -float("inf")
+        stopped_by = "stop request"
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="shared-forward") as pool:
+            try:
+                while not stop.is_set():
+                    now = time.monotonic()
+                    if max_seconds is not None and now - started >= max_seconds:
+                        stopped_by = "max_seconds"
+                        break
+                    if now - rescanned >= self.rescan_interval:
+                        self.reload()
+                        rescanned = now
+                    self.collect(now)
+                    self.dispatch(pool, now)
+                    if self.status_path and now - written >= 1.0:
+                        self.write_status()
+                        written = now
+                    stop.wait(min(0.05, self.poll_interval))
+            finally:
+                # The rounds in flight commit (never torn); their outcome is recorded as usual.
+                wait([status.running for status in self.members.values() if status.running is not None])
+                self.collect(time.monotonic())
+                for status in self.members.values():
+                    status.member.close()
+                if self.status_path:
+                    self.write_status()
+        log.info("shared forward stopped (%s): %s", stopped_by,
+                 {name: status.commits for name, status in self.members.items()})
+        return SharedForwardResult({name: s.commits for name, s in self.members.items()},
+                                   {name: s.failures for name, s in self.members.items()}, stopped_by)
+
+    def reload(self) -> None:
+        """Take the members a reload finds; a member whose declaration changed starts anew."""
+        try:
+            found = self.load()
+        except Exception as error:  # the folder itself is unreadable: keep what runs
+            log.error("shared forward: reloading the members failed, keeping the current ones: %s", error)
+            return
+        for path, message in found.errors.items():
+            if self.load_errors.get(path) != message:
+                log.error("shared forward: %s", message)
+        self.load_errors = dict(found.errors)
+        for name in list(self.members):
+            if name not in found.members or found.declarations.get(name) != self.declarations.get(name):
+                status = self.members[name]
+                if status.running is None:
+                    status.member.close()
+                    del self.members[name]
+                    self.declarations.pop(name, None)
+                    log.info("shared forward: %s left the set", name)
+        for name, member in found.members.items():
+            if name not in self.members:
+                self.members[name] = MemberStatus(member)
+                self.declarations[name] = found.declarations.get(name)
+                log.info("shared forward: %s (%s) joined the set", name, member.kind)
+
+    def collect(self, now: float) -> None:
+        """Record the rounds that finished."""
+        for name, status in self.members.items():
+            future = status.running
+            if future is None or not future.done():
+                continue
+            status.running = None
+            try:
+                commits = future.result()
+            except LockBusy as busy:
+                status.waiting = f"writer lock held elsewhere: {busy}"
+                status.next_check = now + self.poll_interval
+                continue
+            except Exception as error:
+                self.failed(name, status, error, now)
+                continue
+            if status.failures:
+                log.info("shared forward: %s recovered after %s failure(s)", name, status.failures)
+            status.failures = 0
+            status.last_error = None
+            if commits:
+                status.commits += commits
+                status.last_commit_at = time.time()
+                status.next_check = now
+            else:
+                status.next_check = now + self.poll_interval
+
+    def failed(self, name: str, status: MemberStatus, error: Exception, now: float) -> None:
+        status.failures += 1
+        status.last_error = f"{type(error).__name__}: {error}"
+        backoff = min(self.max_backoff, self.poll_interval * 2 ** status.failures)
+        status.next_check = now + backoff
+        log.error("shared forward: %s failed (%s in a row), retrying in %.1f s: %s",
+                  name, status.failures, backoff, status.last_error)
+        forget = getattr(status.member, "forget", None)
+        if forget is not None:
+            forget()
+        if table_exists(status.member.target):  # never recreate the folder of a deleted MV
+            job_state.update_state(status.member.target, forward_error=status.last_error,
+                                   forward_error_at=time.time())
+
+    def dispatch(self, pool: ThreadPoolExecutor, now: float) -> None:
+        for status in self.members.values():
+            if status.running is None and status.next_check <= now:
+                status.running = pool.submit(self.step, status)
+
+    def step(self, status: MemberStatus) -> int:
+        """One member's turn, in a worker thread: check, then a round if one is due."""
+        member = status.member
+        status.waiting = member.waiting()
+        if status.waiting is not None or not member.pending():
+            return 0
+        session = getattr(self._thread, "spark", None)
+        if session is None:
+            session = self._thread.spark = worker_session(self.spark)
+        make_active(session)
+        return member.run_round(session)
+
+    def status(self) -> dict[str, Any]:
+        return {"updated_at": time.time(), "pid": os.getpid(),
+                "members": {name: status.summary() for name, status in sorted(self.members.items())},
+                "load_errors": dict(sorted(self.load_errors.items()))}
+
+    def write_status(self) -> None:
+        """The status file, replaced atomically (readers never see half of it)."""
+        assert self.status_path is not None
+        partial = f"{self.status_path}.{os.getpid()}.tmp"
+        with open(partial, "w", encoding="utf-8") as handle:
+            json.dump(self.status(), handle, indent=1, sort_keys=True)
+        os.replace(partial, self.status_path)
