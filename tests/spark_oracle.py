@@ -116,3 +116,40 @@ def differences(spark: SparkSession, target: str, app_id: str, query: str, upstr
 
 def checked_versions(target: str, app_id: str, upstreams: Mapping[str, str]) -> int:
     return len(mv_versions(target, app_id, upstreams))
+
+
+def check_manifest(spark: SparkSession, manifest: Mapping) -> tuple[list[str], int]:
+    """Every MV of a harness run's manifest (tests/differential_run.py) against Spark's
+    recompute: (the differences found, the MV versions checked)."""
+    problems, checked = [], 0
+    for run in manifest["runs"]:
+        for name, mv in run["mvs"].items():
+            upstreams = mv["sources"] or {"source": mv["source"]}
+            problems += [f"{run['policy']} {name}: {problem}"
+                         for problem in differences(spark, mv["target"], mv["app_id"], mv["query"], upstreams)]
+            checked += len(mv_versions(mv["target"], mv["app_id"], upstreams))
+    return problems, checked
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python tests/spark_oracle.py WORK`: check the MVs a harness run left in WORK."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("work")
+    args = parser.parse_args(argv)
+    from airflow_backfill.engine.spark_session import build_spark_session
+
+    spark = build_spark_session("spark_oracle", 2)
+    try:
+        problems, checked = check_manifest(spark, json.loads(Path(args.work, "manifest.json").read_text()))
+    finally:
+        spark.stop()
+    print("\n".join(problems) or f"{checked} MV versions equal Spark's recompute", file=sys.stderr if problems else sys.stdout)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
