@@ -233,11 +233,12 @@ def feed_rows(way: str, changed_keys: int, present_rows: int, table_rows: int) -
 
 def readers_cost(rows: int, readers: int, table_rows: int, rates: Rates) -> float:
     """What a commit whose feed holds `rows` costs the table's `readers` (the jobs whose
-    source it is): each reads and nets them in its next round, or recomputes from the
-    table's `table_rows` when that costs it less. 0 without readers."""
+    source it is): each reads and nets them in its next round, or, when that costs it
+    more, recomputes from the table's `table_rows` and writes its own difference (so that
+    its own readers see only the change). 0 without readers."""
     if readers <= 0:
         return 0.0
-    reader_recompute = rates.fixed[RECOMPUTE] + table_rows * rates.per_upstream_row
+    reader_recompute = rates.fixed[RECOMPUTE] + table_rows * (rates.per_upstream_row + rates.per_compared_row)
     return readers * min(rows * rates.per_reader_row, reader_recompute)
 
 

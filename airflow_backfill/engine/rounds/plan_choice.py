@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.delta.change_feed import change_bytes, range_inserts_rows
+from airflow_backfill.engine.delta.change_feed import change_bytes, logged_change_rows, range_inserts_rows
 from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range
 from airflow_backfill.engine.delta.key_range import (
     KeyRange,
@@ -84,17 +84,27 @@ def job_corrections(job: BackfillJob) -> dict[str, float]:
 
 
 def estimated_change_rows(source: str, watermark: int, end_version: int, rows: int) -> int:
-    """The change rows of (watermark, end_version], guessed from the bytes of its change files
-    and the upstream's bytes per row (no data read): what the plan knows before the feed."""
+    """The change rows of (watermark, end_version], as known before the feed is read (no data
+    read): counted from the log for commits without change files (`logged_change_rows`, a
+    deletion vector's rows exactly), else guessed from the bytes of the change files and
+    the upstream's bytes per row."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    counted, guessed_bytes = 0, 0
+    for version in range(watermark + 1, end_version + 1):
+        logged = logged_change_rows(source, version)
+        if logged is None:
+            guessed_bytes += change_bytes(source, version)
+        else:
+            counted += logged
+    if not guessed_bytes:
+        return counted
     actions = pa.table(load_table(source).get_add_actions(flatten=True))
     total_bytes = int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
     if not rows or not total_bytes:
-        return 0
-    feed_bytes = sum(change_bytes(source, version) for version in range(watermark + 1, end_version + 1))
-    return int(feed_bytes * rows / total_bytes)
+        return counted
+    return counted + int(guessed_bytes * rows / total_bytes)
 
 
 def readers(job: BackfillJob) -> int:
