@@ -58,6 +58,7 @@ def test_every_mv_version_equals_sparks_recompute(spark, tmp_path, zone):
     problems, checked = [], 0
     for run in manifest["runs"]:
         assert WAYS <= {way for _, way in run["ways"]}, (run["policy"], run["ways"])
+        assert {("recompute", "difference"), ("recompute", "overwrite")} <= {tuple(w) for w in run["ways"]}, run
         for name, mv in run["mvs"].items():
             upstreams = mv["sources"] or {"source": mv["source"]}
             found = differences(spark, mv["target"], mv["app_id"], mv["query"], upstreams)

@@ -165,6 +165,15 @@ def logged_change_rows(source: str, version: int) -> int | None:
     return max(rows, 0)
 
 
+def change_file_rows(source: str, version: int) -> tuple[int, int] | None:
+    """(rows, files) of one version's change files, the rows from their Parquet footers (no
+    row read); None when the version wrote none."""
+    paths = [action["cdc"]["path"] for action in commit_actions(source, version) if "cdc" in action]
+    if not paths:
+        return None
+    return sum(files.parquet_metadata(join(source, unquote(path))).num_rows for path in paths), len(paths)
+
+
 def _marked(entry: dict[str, Any]) -> int:
     """Rows of a file that its deletion vector marks as deleted."""
     return int((entry.get("deletionVector") or {}).get("cardinality") or 0)

@@ -83,10 +83,19 @@ _CORRECTION_BOUNDS = (0.2, 5.0)
 
 
 FIRST_USE_S: Mapping[str, float] = {
-    APPEND: 0.0, REPLACE: 0.0, DELETE: 0.0, MERGE: 0.0, OVERWRITE: 0.0, RECOMPUTE: 0.0, INCREMENTAL: 0.0,
-    JOIN_ROUND: 0.0}
+    APPEND: 3.6, REPLACE: 4.9, DELETE: 4.9, MERGE: 9.4, OVERWRITE: 3.3, RECOMPUTE: 8.5, INCREMENTAL: 3.6}
 """What a fresh JVM's first round of each plan costs beyond the same round in a warm one
-(class loading, code generation, Delta's first snapshot and commit): see `Rates.first_use`."""
+(code generation, the JIT compiler's first passes, Delta's first snapshots and commit):
+`python bench/chain.py --sections cold --scale 0.1` ran catch-ups of a 0.6 M-row MV over
+TPC-H lineitem, each a `spark-submit` on the class archive with the catch-up operator's
+JIT choice, two rounds of 0.5 % updated line items each; the first round's seconds less
+the second's, medians of two (load 7 - 10 on 2 cores): replace 4.9, merge 9.4, recompute
+8.5 (11.8 when it writes the difference), the Q1 aggregate's incremental round 3.6 and
+recompute 6.4. The whole small MV overwritten (SF 0.02): 3.3. `incremental`, the least
+incremental round before the feed (and a join's), takes the lightest incremental round
+measured; `append` the same, `delete` replace's (not measured apart). At 2 M rows under
+load 13 the differences were three to four times these; the recompute's stayed the
+largest. See docs/round-plans.md, "A fresh process and its first rounds"."""
 
 
 @dataclass(frozen=True)
@@ -127,9 +136,12 @@ class Rates:
     per_reader_row: float = 13e-6
     """What a row of the MV's change feed costs each of its readers: an MV over it reads and
     nets the row in its own round (`per_change_row`)."""
-    per_compared_row: float = 0.9e-6
+    per_compared_row: float = 1.0e-6
     """Reading an MV row and comparing it with its recomputed row in one join by key (a
-    recompute that writes only the difference)."""
+    recompute that writes only the difference): warm recomputes of 0.6 M and 2 M-row MVs
+    writing the difference against overwriting (`bench/chain.py --sections cold`), less the
+    difference's replace, scaled to an idle machine by the recompute's estimate over its
+    measured seconds: 1.05 and 0.9 us a row."""
     first_use: Mapping[str, float] = field(default_factory=lambda: dict(FIRST_USE_S))
     """Seconds a process's first round of each plan takes beyond its warm estimate
     (`FIRST_USE_S`); `with_first_use` adds them to the plans a process has not run yet."""

@@ -18,7 +18,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.delta.change_feed import change_bytes, logged_change_rows, range_inserts_rows
+from airflow_backfill.engine.delta.change_feed import (
+    change_bytes,
+    change_file_rows,
+    logged_change_rows,
+    range_inserts_rows,
+)
 from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range
 from airflow_backfill.engine.delta.key_range import (
     KeyRange,
@@ -54,6 +59,7 @@ from airflow_backfill.engine.planning.round_plan import (
     with_readers,
 )
 from airflow_backfill.engine.rounds.warmth import mark_run, plans_run
+from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
@@ -84,16 +90,22 @@ def job_corrections(job: BackfillJob) -> dict[str, float]:
 
 
 def estimated_change_rows(source: str, watermark: int, end_version: int, rows: int) -> int:
-    """The change rows of (watermark, end_version], as known before the feed is read (no data
+    """The change rows of (watermark, end_version], as known before the feed is read (no row
     read): counted from the log for commits without change files (`logged_change_rows`, a
-    deletion vector's rows exactly), else guessed from the bytes of the change files and
-    the upstream's bytes per row."""
+    deletion vector's rows exactly), from the change files' footers while the range has
+    at most `sizes.range_files` of them, else guessed from their bytes and the upstream's
+    bytes per row (a small change file's footer and page headers weigh as much as its rows)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    counted, guessed_bytes = 0, 0
+    counted, guessed_bytes, footers = 0, 0, 0
     for version in range(watermark + 1, end_version + 1):
         logged = logged_change_rows(source, version)
+        if logged is None and footers < sizes().range_files:
+            in_files = change_file_rows(source, version)
+            if in_files is not None:
+                logged, opened = in_files
+                footers += opened
         if logged is None:
             guessed_bytes += change_bytes(source, version)
         else:

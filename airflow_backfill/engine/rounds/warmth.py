@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from airflow_backfill.engine.planning.round_plan import INCREMENTAL, JOIN_ROUND, RECOMPUTE, RoundPlan
+from airflow_backfill.engine.planning.round_plan import INCREMENTAL, RECOMPUTE, RoundPlan
 
 _ran: set[str] = set()
 
@@ -25,11 +25,11 @@ def plans_run() -> frozenset[str]:
 def mark_run(plan: RoundPlan) -> None:
     """Remember that this process ran `plan`, every way it wrote a table and, for any plan
     but a recompute, an incremental round (what the estimates before the feed call the
-    least incremental round, and a join's rounds)."""
+    least incremental round, as a join's do)."""
     _ran.add(plan.plan)
     _ran.update(plan.writes.values())
     if plan.plan != RECOMPUTE:
-        _ran.update((INCREMENTAL, JOIN_ROUND))
+        _ran.add(INCREMENTAL)
 
 
 def forget(plans: Iterable[str] | None = None) -> None:
