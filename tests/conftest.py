@@ -139,6 +139,19 @@ def tables(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture(autouse=True)
+def warm_round_plans():
+    """Every plan counts as run in this process, as it is in the shared Spark session after a
+    few tests: a test's round plans must not depend on which tests ran before it. Tests of
+    a fresh process's first rounds call `warmth.forget()`."""
+    from airflow_backfill.engine.planning.round_plan import FIRST_USE_S, RoundPlan
+    from airflow_backfill.engine.rounds import warmth
+
+    for plan in FIRST_USE_S:
+        warmth.mark_run(RoundPlan(plan, {}, "the test session's JVM"))
+    yield
+
+
+@pytest.fixture(autouse=True)
 def restore_root_logging():
     """Commands run in-process (`cli.main`) configure the root logger with the stream
     pytest captured for that test; later tests must not log to it once it is closed."""

@@ -12,7 +12,8 @@ applies six rounds of upstream commits: appends above the largest key, updates, 
 alone, a mix with the joined table changing followed by keys moved and rows leaving the
 WHERE (two commits in one round), a round every MV recomputes, and a round applied by the
 forward phase. Incremental rounds take each
-write way in turn (merge, replace, delete, overwrite, append), whatever the estimates say.
+write way in turn (merge, replace, delete, overwrite, append), whatever the estimates say,
+and recomputes alternate between overwriting the MV and writing only the rows that differ.
 
 It writes `WORK_FOLDER/manifest.json`: each MV's location, query, app id and upstreams, for
 the caller to compare every MV version with Spark's own recompute at its watermark. It
@@ -39,6 +40,7 @@ import typed_tables as typed  # noqa: E402
 WAYS = ("append", "delete", "replace", "overwrite", "merge")
 """The incremental write ways, the most rarely offered first (an append only for changes
 whose keys are all new, a delete for changes without new rows)."""
+RECOMPUTE_WAYS = ("difference", "overwrite")
 INITIAL_ROWS = 40
 
 
@@ -88,13 +90,24 @@ class WayTurns:
         self.taken.append((kind, way))
         return way
 
+    def recompute_writing(self, plan: Any, ways: dict[str, float]) -> Any:
+        """Recomputes alternate between overwriting the MV and writing only its difference."""
+        way = RECOMPUTE_WAYS[sum(1 for kind, _ in self.taken if kind == "recompute") % len(RECOMPUTE_WAYS)]
+        self.taken.append(("recompute", way))
+        return plan.with_writes(mv=way) if way == "difference" else plan
+
     @contextmanager
     def installed(self) -> Iterator[None]:
         from airflow_backfill.engine.aggregates import apply as aggregate_apply
         from airflow_backfill.engine.joins import apply as join_apply
         from airflow_backfill.engine.phases import apply as stateless_apply
+        from airflow_backfill.engine.rounds import plan_choice
 
         saved = (stateless_apply.plan_round, join_apply.plan_round, aggregate_apply._cheapest)
+        recomputes = (plan_choice, stateless_apply, aggregate_apply)
+        saved_recompute = [module.recompute_writing for module in recomputes]
+        for module in recomputes:
+            module.recompute_writing = self.recompute_writing
 
         def plan(kind: str, planned: Callable) -> Callable:
             def chosen(job: Any, estimates: dict[str, float], facts: str) -> Any:
@@ -111,6 +124,8 @@ class WayTurns:
             yield
         finally:
             stateless_apply.plan_round, join_apply.plan_round, aggregate_apply._cheapest = saved
+            for module, original in zip(recomputes, saved_recompute, strict=True):
+                module.recompute_writing = original
 
 
 def build_jobs(root: str, tables: dict[str, str], names: list[str] | None = None) -> dict[str, Any]:

@@ -66,6 +66,7 @@ def test_every_mv_version_equals_sparks_recompute(spark, tmp_path, zone):
     for run in manifest["runs"]:
         if len(run["mvs"]) == 6:  # every kind of MV: every write way taken
             assert WAYS <= {way for _, way in run["ways"]}, (run["policy"], run["ways"])
+        assert {("recompute", "difference"), ("recompute", "overwrite")} <= {tuple(w) for w in run["ways"]}, run
     problems, checked = check_manifest(spark, manifest)
     assert not problems, f"under TZ={zone}, {len(problems)} differences:\n" + "\n".join(problems)
     mvs = sum(len(run["mvs"]) for run in manifest["runs"])

@@ -11,6 +11,7 @@ from airflow_backfill.engine.planning.round_plan import (
     APPEND,
     AUTO,
     DELETE,
+    DIFFERENCE,
     INCREMENTAL,
     MERGE,
     OVERWRITE,
@@ -21,14 +22,21 @@ from airflow_backfill.engine.planning.round_plan import (
     RoundFacts,
     RoundPlan,
     TableFacts,
+    aggregate_recompute_writes,
     aggregate_round_estimates,
     before_the_feed,
     choose,
     corrections,
+    feed_rows,
     observation,
+    readers_cost,
     recompute_saves,
+    recompute_writes,
     round_estimates,
+    stateless_recompute_writes,
+    with_first_use,
 )
+from airflow_backfill.engine.planning.round_plan import cheapest as cheapest_way
 from airflow_backfill.job import ROUND_PLANS
 
 MV_ROWS = 6_000_000
@@ -159,3 +167,124 @@ def test_an_aggregate_round_recomputes_only_when_its_change_outweighs_the_upstre
     assert choose(small_change, {}, AUTO).plan == INCREMENTAL
     huge_change = aggregate_round_estimates(3 * MV_ROWS, writes, writes, MV_ROWS, 4, 4, rates)
     assert choose(huge_change, {}, AUTO).plan == RECOMPUTE
+
+
+# ---- the MV's readers and a fresh process ---------------------------------------------------
+
+CHAIN_MV_ROWS = 2_000_000
+"""A stateless MV over about 2 M line items, as `bench/chain.py` builds it; `small_change`
+updates 10,000 of its upstream's keys (0.5 %)."""
+
+
+def small_change() -> RoundFacts:
+    return RoundFacts(change_rows=20_000, changed_keys=10_000, present_rows=10_000,
+                      table=TableFacts(rows=CHAIN_MV_ROWS, touched_rows=CHAIN_MV_ROWS), upstream_rows=CHAIN_MV_ROWS)
+
+
+def test_a_write_feeds_about_two_rows_per_changed_key_and_an_overwrite_every_row_twice():
+    assert feed_rows(REPLACE, 10, 8, 1_000) == 18
+    assert feed_rows(MERGE, 10, 8, 1_000) == 18
+    assert feed_rows(DIFFERENCE, 10, 8, 1_000) == 18
+    assert feed_rows(DELETE, 10, 0, 1_000) == 10
+    assert feed_rows(APPEND, 10, 10, 1_000) == 10
+    assert feed_rows(OVERWRITE, 10, 8, 1_000) == 1_000 + 998
+    assert feed_rows(RECOMPUTE, 1_000, 1_000, 1_000) == 2_000
+
+
+def test_a_feed_costs_nothing_without_readers_and_at_most_each_readers_own_recompute():
+    rates = Rates()
+    assert readers_cost(4_000_000, 0, CHAIN_MV_ROWS, rates) == 0.0
+    assert readers_cost(20_000, 2, CHAIN_MV_ROWS, rates) == pytest.approx(2 * 20_000 * rates.per_reader_row)
+    whole = readers_cost(4_000_000, 1, CHAIN_MV_ROWS, rates)
+    assert whole < 4_000_000 * rates.per_reader_row
+    assert whole == pytest.approx(rates.fixed[RECOMPUTE] + CHAIN_MV_ROWS * (rates.per_upstream_row
+                                                                        + rates.per_compared_row))
+
+
+def test_without_readers_the_estimates_are_those_of_the_mv_alone():
+    round_facts = small_change()
+    assert round_estimates(round_facts, Rates(), 0) == round_estimates(round_facts, Rates())
+    assert set(stateless_recompute_writes(round_facts, Rates())) == {OVERWRITE}
+    assert set(recompute_writes(3.0, CHAIN_MV_ROWS, {REPLACE: 1.0}, 0, Rates())) == {OVERWRITE}
+
+
+def test_a_small_change_recomputes_alone_and_stays_incremental_once_an_mv_reads_it():
+    """Measured on such an MV: before the feed, 1.90 s to recompute against at least 3.05 s
+    incremental, and the feed of the recompute held every row twice. With one MV over it,
+    the recompute counts that feed (or the comparison that avoids it), and the round
+    replaces the 10,000 keys: a feed of two rows per changed row."""
+    rates = Rates()
+    alone = before_the_feed(20_000, CHAIN_MV_ROWS, rates, aggregate=False, prove_key=True, inserts=False,
+                            located=TableFacts(rows=CHAIN_MV_ROWS, touched_rows=CHAIN_MV_ROWS))
+    assert alone[RECOMPUTE] == pytest.approx(1.90, abs=0.01) and alone[INCREMENTAL] == pytest.approx(3.05, abs=0.01)
+    assert recompute_saves(alone[RECOMPUTE], alone[INCREMENTAL])
+    read = before_the_feed(20_000, CHAIN_MV_ROWS, rates, aggregate=False, prove_key=True, inserts=False,
+                           located=TableFacts(rows=CHAIN_MV_ROWS, touched_rows=CHAIN_MV_ROWS), readers=1,
+                           mv_rows=CHAIN_MV_ROWS)
+    assert not recompute_saves(read[RECOMPUTE], read[INCREMENTAL])
+    chosen = choose(round_estimates(small_change(), rates, readers=1), {}, AUTO)
+    assert chosen.plan == REPLACE
+    assert feed_rows(chosen.plan, 10_000, 10_000, CHAIN_MV_ROWS) == 2 * 10_000
+
+
+def test_a_recompute_with_readers_writes_the_difference_unless_most_rows_change():
+    rates = Rates()
+    pinned = choose(round_estimates(small_change(), rates, readers=1), {}, RECOMPUTE)
+    assert pinned.plan == RECOMPUTE
+    assert cheapest_way(stateless_recompute_writes(small_change(), rates, readers=1)) == DIFFERENCE
+    half = RoundFacts(change_rows=2_000_000, changed_keys=1_000_000, present_rows=1_000_000,
+                      table=TableFacts(rows=CHAIN_MV_ROWS, touched_rows=CHAIN_MV_ROWS), upstream_rows=CHAIN_MV_ROWS)
+    assert choose(round_estimates(half, rates, readers=1), {}, AUTO).plan == RECOMPUTE
+    assert cheapest_way(stateless_recompute_writes(half, rates, readers=1)) == OVERWRITE  # its readers recompute too
+
+
+def test_an_aggregates_recompute_counts_its_mvs_feed_the_same_way():
+    rates = Rates()
+    writes = {REPLACE: 1.2, MERGE: 3.2}
+    alone = aggregate_recompute_writes(CHAIN_MV_ROWS, 100_000, 100_000, writes, rates)
+    assert set(alone) == {OVERWRITE}
+    read = aggregate_recompute_writes(CHAIN_MV_ROWS, 100_000, 100_000, writes, rates, readers=3)
+    assert cheapest_way(read) == DIFFERENCE
+    assert read[DIFFERENCE] == pytest.approx(alone[OVERWRITE] - rates.fixed[OVERWRITE] - 100_000
+                                             * rates.per_written_row + 100_000 * rates.per_compared_row + 1.2)
+
+
+def test_a_fresh_process_counts_each_plans_first_use_once():
+    rates = Rates(first_use={REPLACE: 3.0, RECOMPUTE: 10.0, MERGE: 5.0})
+    estimates = {REPLACE: 3.0, RECOMPUTE: 1.9, MERGE: 7.0}
+    fresh = with_first_use(estimates, frozenset(), rates)
+    assert fresh == {REPLACE: 6.0, RECOMPUTE: 11.9, MERGE: 12.0}
+    after_replace = with_first_use(estimates, frozenset({REPLACE}), rates)  # the shared 3 s are paid
+    assert after_replace == {REPLACE: 3.0, RECOMPUTE: 8.9, MERGE: 9.0}
+    assert with_first_use(estimates, frozenset(estimates), rates) == estimates
+
+
+def test_the_measured_first_uses_keep_a_cold_process_from_a_recompute_the_warm_figures_favour():
+    """The same round in a phase's fresh JVM: the warm figures recompute (1.90 s against
+    3.05 s), which took 12.4 s there."""
+    rates = Rates()
+    alone = before_the_feed(20_000, CHAIN_MV_ROWS, rates, aggregate=False, prove_key=True, inserts=False,
+                            located=TableFacts(rows=CHAIN_MV_ROWS, touched_rows=CHAIN_MV_ROWS))
+    cold = with_first_use(alone, frozenset(), rates)
+    assert not recompute_saves(cold[RECOMPUTE], cold[INCREMENTAL])
+    assert recompute_saves(*(with_first_use(alone, frozenset({RECOMPUTE, INCREMENTAL}), rates)[plan]
+                             for plan in (RECOMPUTE, INCREMENTAL)))
+
+
+def test_a_process_plans_its_first_round_cold_and_later_rounds_warm(tmp_path):
+    """`plan_round` adds the first use of each plan this process has not run: the warm
+    figures' recompute loses in a fresh process and wins once the process has run one."""
+    from airflow_backfill.engine.rounds import plan_choice, warmth
+    from airflow_backfill.job import BackfillJob
+
+    job = BackfillJob(name="cold", source=str(tmp_path / "upstream"), target=str(tmp_path / "mv"),
+                      query="SELECT id FROM source", primary_key=["id"])
+    warm = {REPLACE: 3.05, RECOMPUTE: 1.0}
+    warmth.forget()
+    first = plan_choice.plan_round(job, warm, "a fresh process")
+    assert first.plan == REPLACE
+    assert first.base_estimate == pytest.approx(3.05 + Rates().first_use[REPLACE])
+    plan_choice.record_round(job, first, 7.9, 1)
+    assert plan_choice.plan_round(job, warm, "recompute still cold").plan == REPLACE
+    warmth.mark_run(RoundPlan(RECOMPUTE, {}, "a round of it"))
+    assert plan_choice.plan_round(job, warm, "all warm").plan == RECOMPUTE

@@ -51,15 +51,25 @@ from airflow_backfill.engine.delta.log import column_names, load_table, rows_wri
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.round_plan import (
+    DIFFERENCE,
     OVERWRITE,
     RECOMPUTE,
     WATERMARK_ONLY,
     RoundPlan,
+    aggregate_recompute_writes,
     aggregate_round_estimates,
     allowed_mv_ways,
 )
 from airflow_backfill.engine.rounds.changes import signed_rows
-from airflow_backfill.engine.rounds.plan_choice import plan_round, rates_at, recompute_first
+from airflow_backfill.engine.rounds.difference import write_difference
+from airflow_backfill.engine.rounds.plan_choice import (
+    keyed_estimates,
+    plan_round,
+    rates_at,
+    readers,
+    recompute_first,
+    recompute_writing,
+)
 from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.exceptions import TargetError
 
@@ -215,16 +225,19 @@ def commit_round(
     state = prepare(spark, state_uri(job.target), _state_changes(aggregate, rows), keys, null_safe=True)
     mv = prepare(spark, job.target, _mv_row_changes(spark, job, rows), plan.mv_key, null_safe=True)
     try:
-        rates = rates_at(info.parallelism)
-        state_ways, mv_ways = state.estimates(rates), allowed_mv_ways(mv.estimates(rates), job.round_plan)
+        rates, feed_readers = rates_at(info.parallelism), readers(job)
+        state_ways = state.estimates(rates)
+        mv_ways = allowed_mv_ways(keyed_estimates(info.parallelism, feed_readers)(mv), job.round_plan)
         upstream = table_rows(job.source, recompute_at) if recompute_at is not None else 0
         estimates = aggregate_round_estimates(info.rows, state_ways, mv_ways, upstream, state.facts.rows,
-                                              mv.facts.rows, rates)
+                                              mv.facts.rows, rates, feed_readers)
         if recompute_at is None:
             estimates.pop(RECOMPUTE)
         chosen = plan_round(job, estimates, f"{info.rows} change rows, {state.changed.rows} groups touched of "
-                                            f"{state.facts.rows}, {mv.facts.rows} MV rows")
+                                            f"{state.facts.rows}, {mv.facts.rows} MV rows, {feed_readers} readers")
         if chosen.plan == RECOMPUTE:
+            chosen = recompute_writing(chosen, aggregate_recompute_writes(
+                upstream, state.facts.rows, mv.facts.rows, mv_ways, rates, feed_readers))
             return recompute_aggregate(spark, job, plan, info, chosen), chosen
         chosen = chosen.with_writes(state=_cheapest(state_ways), mv=_cheapest(mv_ways))
         metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
@@ -274,7 +287,9 @@ def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     """Recompute the state from the upstream as of info.epoch (or from `upstream`, the
     query's `source` rows, as a join's flat relation at its vector) and overwrite the
     state, then the MV, with it (the same order and watermark as an incremental round, so
-    a crash between the two is recovered the same way). Returns the MV's rows."""
+    a crash between the two is recovered the same way). Returns the MV's rows; or, when
+    the plan writes the MV's difference (`writes`: `mv` `difference`, for an MV whose feed
+    jobs read), only the MV rows that differ, and the changed keys."""
     aggregate = _aggregate(plan)
     if upstream is None:
         upstream = read_upstream_as_of(spark, job.source, info.epoch)
@@ -290,6 +305,12 @@ def recompute_aggregate(spark: SparkSession, job: BackfillJob, plan: QueryPlan, 
     written = read_table(spark, state_uri(job.target))
     mv_schema = spark.read.format("delta").load(job.target).schema
     mv_rows = visible_rows(spark, aggregate, written, value_types(spark, aggregate, upstream.schema), mv_schema)
+    if chosen.writes.get("mv") == DIFFERENCE:  # only the MV rows that differ: its feed stays as small as the change
+        _, changed = write_difference(spark, job.target, mv_rows, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                                      user_metadata=metadata.user_metadata(job),
+                                      estimates=keyed_estimates(info.parallelism, readers(job)))
+        maybe_crash(info.phase, "after_commit")
+        return changed
     overwrite(mv_rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
               user_metadata=metadata.user_metadata(job))
     maybe_crash(info.phase, "after_commit")

@@ -11,14 +11,13 @@ import functools
 import json
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta.commits import PRESENT
 from airflow_backfill.engine.planning import aggregate_sql
 from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
-from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.rounds.difference import keyed_difference
 from airflow_backfill.exceptions import UnsupportedQueryError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
 STATE_VIEW = "__airflow_backfill_state"
@@ -73,31 +72,11 @@ def visible_rows(
 
 
 def mv_changes(old_rows: DataFrame, new_rows: DataFrame, key: tuple[str, ...]) -> DataFrame:
-    """Keyed MV changes turning `old_rows` into `new_rows` (one full outer join on the key):
-    new or changed rows with `__present` true, keys only in `old_rows` with `__present` null.
+    """Keyed MV changes turning `old_rows` into `new_rows` (one full outer join on the key,
+    rows compared exactly: `rounds/difference.keyed_difference`): new or changed rows with
+    `__present` true, keys only in `old_rows` with `__present` null.
 
     Used where old and new rows come from different places (crash recovery: the MV as
     committed vs the rows the state gives); a round derives its changes per group instead.
     """
-    from pyspark.sql import functions as F
-
-    fields = new_rows.schema.fields
-    old = old_rows.withColumn("__in_old", F.lit(True)).alias("o")
-    new = new_rows.withColumn("__in_new", F.lit(True)).alias("n")
-
-    def side(alias: str, name: str) -> Column:
-        return F.col(f"{alias}.{quote(name)}")
-
-    joined = old.join(new, on=[side("o", k).eqNullSafe(side("n", k)) for k in key], how="full_outer")
-    in_old, in_new = side("o", "__in_old").isNotNull(), side("n", "__in_new").isNotNull()
-    same = F.lit(True)
-    for field in fields:
-        same = same & side("o", field.name).eqNullSafe(side("n", field.name))
-    upserts = joined.filter(in_new & ~(in_old & same)).select(
-        *(side("n", field.name).alias(field.name) for field in fields), F.lit(True).alias(PRESENT)
-    )
-    deletes = joined.filter(in_old & ~in_new).select(
-        *((side("o", f.name) if f.name in key else F.lit(None).cast(f.dataType)).alias(f.name) for f in fields),
-        F.lit(None).cast("boolean").alias(PRESENT),
-    )
-    return upserts.unionByName(deletes)
+    return keyed_difference(old_rows, new_rows, key)

@@ -10,6 +10,7 @@ by delta-spark on the executors (`readChangeFeed`), only the columns the query n
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -128,6 +129,66 @@ def change_bytes(source: str, version: int) -> int:
         action[kind].get("size") or 0 for action in actions for kind in ("add", "remove")
         if kind in action and action[kind].get("dataChange", True)
     ))
+
+
+def logged_change_rows(source: str, version: int) -> int | None:
+    """Rows of one version's change feed counted from its log entry, for a commit that wrote
+    no change files (its feed is made of its added and removed data files): a file added
+    anew feeds its rows, a file removed whole its rows, and a file removed and added again
+    with a new deletion vector only the rows the new vector marks beyond the old one.
+    None when the commit wrote change files or some file's row count is not logged (then
+    only its bytes tell). Bytes would count each file a deletion vector touched twice and
+    whole, as if a replace of a few rows had rewritten its files."""
+    actions = commit_actions(source, version)
+    if any("cdc" in action for action in actions):
+        return None
+    removed = {action["remove"]["path"]: action["remove"] for action in actions
+               if "remove" in action and action["remove"].get("dataChange", True)}
+    rows = 0
+    for action in actions:
+        added = action.get("add")
+        if added is None or not added.get("dataChange", True):
+            continue
+        before = removed.pop(added["path"], None)
+        if before is not None:  # the same file, its deletion vector changed
+            rows += _marked(added) - _marked(before)
+            continue
+        records = _records(added)
+        if records is None:
+            return None
+        rows += records - _marked(added)
+    for entry in removed.values():
+        records = _records(entry)
+        if records is None:
+            return None
+        rows += records - _marked(entry)
+    return max(rows, 0)
+
+
+def change_file_rows(source: str, version: int) -> tuple[int, int] | None:
+    """(rows, files) of one version's change files, the rows from their Parquet footers (no
+    row read); None when the version wrote none."""
+    paths = [action["cdc"]["path"] for action in commit_actions(source, version) if "cdc" in action]
+    if not paths:
+        return None
+    return sum(files.parquet_metadata(join(source, unquote(path))).num_rows for path in paths), len(paths)
+
+
+def _marked(entry: dict[str, Any]) -> int:
+    """Rows of a file that its deletion vector marks as deleted."""
+    return int((entry.get("deletionVector") or {}).get("cardinality") or 0)
+
+
+def _records(entry: dict[str, Any]) -> int | None:
+    """A file's rows from its logged statistics (None when not logged)."""
+    stats = entry.get("stats")
+    if not stats:
+        return None
+    try:
+        records = json.loads(stats).get("numRecords")
+    except ValueError:
+        return None
+    return None if records is None else int(records)
 
 
 _ROW_REWRITING_OPERATIONS = frozenset({"UPDATE", "DELETE", "OPTIMIZE"})

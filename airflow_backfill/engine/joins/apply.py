@@ -68,8 +68,9 @@ from airflow_backfill.engine.rounds.applied import AppliedRange
 from airflow_backfill.engine.rounds.changes import SIGN, apply_query
 from airflow_backfill.engine.rounds.plan_choice import (
     join_recompute_first,
+    keyed_estimates,
     plan_round,
-    rates_at,
+    readers,
     record_round,
 )
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
@@ -178,7 +179,7 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
             maybe_crash(info.phase, "after_commit")
             return 0, chosen, time.monotonic() - started
         facts = prepared.facts
-        chosen = plan_round(job, prepared.estimates(rates_at(info.parallelism)),
+        chosen = plan_round(job, keyed_estimates(info.parallelism, readers(job))(prepared),
                             f"{info.rows} signed join rows, {keys} MV keys, {facts.touched_rows} of {facts.rows} "
                             "MV rows in touched files")
         metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})

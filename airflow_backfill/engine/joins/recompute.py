@@ -10,7 +10,8 @@ The join is computed as the snapshot computes it, over every upstream as of its 
 in the vector, in one piece; the MV is overwritten in one commit that records the vector
 (an aggregate's state first, then its MV, as its rounds write them). Its change feed then
 shows every old row deleted and every new row inserted: exact once netted per key, which
-is how an MV built on it reads it. A stateless join's MV key is proved on the rows before
+is how an MV built on it reads it. When jobs read the MV's feed and the plan says so, only
+the rows that differ from the MV are written instead (`rounds/difference.py`). A stateless join's MV key is proved on the rows before
 anything is written, as the snapshot proves it.
 """
 
@@ -28,7 +29,10 @@ from airflow_backfill.engine.delta.log import rows_written
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins.relation import flat_rows, reader, walk
 from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.planning.round_plan import DIFFERENCE
 from airflow_backfill.engine.rounds.changes import apply_query, duplicate_key
+from airflow_backfill.engine.rounds.difference import write_difference
+from airflow_backfill.engine.rounds.plan_choice import keyed_estimates, readers
 from airflow_backfill.exceptions import RepeatedKeyError
 
 if TYPE_CHECKING:
@@ -64,13 +68,13 @@ def recompute_join(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector
     rows = conform(apply_query(spark, source, plan.flat.query), target)
     metadata = replace(info, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
     if not job.verify_primary_key:
-        return _overwrite(rows, job, metadata)
+        return _write(rows, job, plan, metadata, chosen)
     rows = rows.cache()  # proved, then written: the join is computed once
     try:
         repeated = repeated_join_key(job, plan, vector, rows.select(*(quote(column) for column in plan.mv_key)))
         if repeated is not None:
             raise repeated
-        return _overwrite(rows, job, metadata)
+        return _write(rows, job, plan, metadata, chosen)
     finally:
         rows.unpersist()
 
@@ -88,9 +92,17 @@ def repeated_join_key(job: BackfillJob, plan: JoinPlan, vector: Mapping[str, int
                             f"the join holds MV key {held} {count} times at versions {dict(vector)}")
 
 
-def _overwrite(rows: DataFrame, job: BackfillJob, info: CommitInfo) -> int:
+def _write(rows: DataFrame, job: BackfillJob, plan: JoinPlan, info: CommitInfo, chosen: RoundPlan) -> int:
+    """Overwrite the MV with `rows` (returns its rows), or write only the rows that differ
+    (`writes`: `mv` `difference`; returns the changed keys)."""
     with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
-        overwrite(rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
-                  user_metadata=info.user_metadata(job))
+        if chosen.writes.get("mv") == DIFFERENCE:
+            _, changed = write_difference(rows.sparkSession, job.target, rows, plan.mv_key, app_id=job.app_id,
+                                          version=info.epoch, user_metadata=info.user_metadata(job),
+                                          estimates=keyed_estimates(info.parallelism, readers(job)))
+        else:
+            overwrite(rows.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
+                      user_metadata=info.user_metadata(job))
+            changed = rows_written(job.target)
     maybe_crash(info.phase, "after_commit")
-    return rows_written(job.target)
+    return changed

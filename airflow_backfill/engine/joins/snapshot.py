@@ -28,6 +28,7 @@ from airflow_backfill.engine.control import effective_settings, wait_while_pause
 from airflow_backfill.engine.delta.commits import CommitInfo, append
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
+from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.feed_readers import feed_reader_properties
 from airflow_backfill.engine.joins.recompute import repeated_join_key
@@ -90,6 +91,7 @@ def run_join_snapshot(
         )
     check_upstreams(job, epochs)  # bad input fails here, before anything is written
     join_plan(job, epochs)
+    register_downstream(job)  # upstream MVs' rounds from here on are read by this job's catch-up
     with writer_lock(job.target, job.name, PHASE):
         return _snapshot(spark, job, epochs, parallelism, chunk_bytes)
 

@@ -68,7 +68,14 @@ from airflow_backfill.engine.phases.repeated_keys import (
 )
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import referenced_columns
-from airflow_backfill.engine.planning.round_plan import APPEND, RECOMPUTE, RoundPlan, round_estimates
+from airflow_backfill.engine.planning.round_plan import (
+    APPEND,
+    DIFFERENCE,
+    RECOMPUTE,
+    RoundPlan,
+    round_estimates,
+    stateless_recompute_writes,
+)
 from airflow_backfill.engine.rounds.applied import AppliedRange, current_watermark
 from airflow_backfill.engine.rounds.changes import (
     apply_query,
@@ -78,11 +85,15 @@ from airflow_backfill.engine.rounds.changes import (
     net_changes,
     some_key_gained_rows,
 )
+from airflow_backfill.engine.rounds.difference import write_difference
 from airflow_backfill.engine.rounds.plan_choice import (
     describe,
+    keyed_estimates,
     plan_round,
     rates_at,
+    readers,
     recompute_first,
+    recompute_writing,
     record_round,
     stateless_facts,
 )
@@ -278,9 +289,13 @@ def _apply_stateless(
                 refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
             facts = stateless_facts(prepared, change_rows, table_rows(job.source, info.epoch),
                                     job.verify_primary_key)
-            chosen = plan_round(job, round_estimates(facts, rates_at(info.parallelism)), describe(facts))
+            rates, feed_readers = rates_at(info.parallelism), readers(job)
+            chosen = plan_round(job, round_estimates(facts, rates, feed_readers), describe(facts))
             if chosen.plan == RECOMPUTE:
+                chosen = recompute_writing(chosen, stateless_recompute_writes(facts, rates, feed_readers))
                 return _recompute(spark, job, plan, prepared, change_rows, chosen, info)
+            if feed_readers:
+                log.info("%s: the MV's change feed is read by %s jobs", info.phase, feed_readers)
             metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
             with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
                 changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
@@ -315,7 +330,8 @@ def _recompute(
     metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
     log.info("%s: recomputing the MV at epoch %s (%s)", info.phase, info.epoch, chosen.reason)
     with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
-        rows = recompute_stateless(spark, job, plan, info.epoch, metadata, proof=proof)
+        rows = recompute_stateless(spark, job, plan, info.epoch, metadata, proof=proof,
+                                   difference=chosen.writes.get("mv") == DIFFERENCE)
     maybe_crash(info.phase, "after_commit")
     return info.epoch, change_rows, rows, chosen
 
@@ -377,15 +393,28 @@ def _refuse_arrived_in_mv(
 
 def recompute_stateless(
     spark: SparkSession, job: BackfillJob, plan: QueryPlan, end_version: int, info: CommitInfo, *,
-    proof: Callable[[], None] | None = None,
+    proof: Callable[[], None] | None = None, difference: bool = False,
 ) -> int:
     """Overwrite the MV with the query over the upstream as of `end_version`, with the
     watermark, in one commit; returns the MV's rows. `proof`, a check that must pass before
     the commit, runs beside the write of the MV's files (`commit_after`): 0.3 s of a
-    recompute at TPC-H SF 1 that no longer adds to it."""
+    recompute at TPC-H SF 1 that no longer adds to it.
+
+    `difference`: write only the rows that differ from the MV (`rounds/difference.py`), so
+    that the MV's change feed holds about two rows per changed row for the jobs that read
+    it; returns the changed keys then. The proof runs beside the comparison."""
     upstream = read_upstream_as_of(spark, job.source, end_version)
     target = spark.read.format("delta").load(job.target).schema
     rows = conform(apply_query(spark, upstream, plan.query), target)
+    if difference:
+        estimates = keyed_estimates(info.parallelism, readers(job))
+
+        def write_changes(before_commit: Callable[[], None] | None) -> int:
+            return write_difference(spark, job.target, rows, plan.mv_key, app_id=job.app_id, version=info.epoch,
+                                    user_metadata=info.user_metadata(job), estimates=estimates,
+                                    before_commit=before_commit)[1]
+
+        return write_changes(None) if proof is None else commit_after(proof, write_changes)
 
     def write(before_commit: Callable[[], None] | None) -> None:
         overwrite(rows, job.target, app_id=job.app_id, version=info.epoch, user_metadata=info.user_metadata(job),

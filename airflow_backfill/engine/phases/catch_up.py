@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import BackfillSettings, effective_settings, wait_while_paused
+from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.feed_readers import record_feed_readers
 from airflow_backfill.engine.parallelism import runtime_conf_for
 from airflow_backfill.engine.phases.rounds import Rounds, rounds_for
@@ -82,6 +83,7 @@ def run_catch_up(spark: SparkSession, job: BackfillJob, *, parallelism: int | No
 
 def _catch_up(spark: SparkSession, job: BackfillJob, upstreams: Rounds, parallelism: int | None) -> CatchUpResult:
     record_feed_readers(spark, job)
+    register_downstream(job)
     watermark = upstreams.watermark()
     settings = effective_settings(job, parallelism)
     job_state.update_state(job.target, phase=job_state.PHASE_CATCH_UP,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.feed_readers import record_feed_readers
 from airflow_backfill.engine.phases.rounds import Rounds, rounds_for
 from airflow_backfill.engine.writer_lock import writer_lock
@@ -66,6 +67,7 @@ def _forward(
     bounds: ForwardBounds, stop: threading.Event,
 ) -> ForwardResult:
     record_feed_readers(spark, job)
+    register_downstream(job)
     start = watermark = upstreams.watermark()
     job_state.update_state(job.target, phase=job_state.PHASE_FORWARD, state=job_state.STATE_CREATED,
                            parallelism=parallelism)

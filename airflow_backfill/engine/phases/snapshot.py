@@ -32,6 +32,7 @@ from airflow_backfill.engine.delta.log import (
     read_watermark,
     table_exists,
 )
+from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.phases.repeated_keys import held_times, key_proved_from_files
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
@@ -98,6 +99,7 @@ def run_snapshot(
         return run_join_snapshot(spark, job, epochs=epochs, parallelism=parallelism, chunk_bytes=chunk_bytes)
     plan = plan_query(job.query, job.primary_key)
     check_upstream(job.source)  # bad input fails here, before anything is written
+    register_downstream(job)  # the upstream MV's rounds from here on are read by this job's catch-up
     with writer_lock(job.target, job.name, PHASE):
         return _snapshot(spark, job, plan, epoch, parallelism, chunk_bytes)
 

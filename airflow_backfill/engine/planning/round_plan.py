@@ -19,19 +19,24 @@ jobs they take:
   new rows): one job, cheapest for small tables (an aggregate's state, most aggregate MVs);
 - `recompute`: the MV query over the upstream as of the round's last epoch replaces the
   whole MV, as a user would recompute it; cheapest when a round changes much of the table.
+  It overwrites the MV, or, when jobs read the MV's change feed, may write only the rows
+  that differ from the MV (`difference`), so that their feed stays as small as the change.
 
 Each way's cost is estimated from the round's facts (change rows, changed keys, the rows
 of the table files the keys' range touches, the table's and the upstream's rows: all
 from the Delta logs or from data the round holds already) with per-row rates, then
 corrected by how long earlier rounds of the same plan took against their estimates, so
-the choice follows this machine and this table. Pure functions: tested without Spark.
+the choice follows this machine and this table. Each way's estimate also counts what its
+change feed costs the MV's readers (the jobs whose source the MV is), and a process's
+first round of a plan counts what that plan's first use costs a fresh JVM.
+Pure functions: tested without Spark.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,6 +44,12 @@ APPEND, REPLACE, DELETE, MERGE, OVERWRITE, RECOMPUTE = (
     "append", "replace", "delete", "merge", "overwrite", "recompute")
 WRITES = (APPEND, REPLACE, DELETE, MERGE, OVERWRITE)
 """The ways to write keyed changes into one table (the MV, or an aggregate's state)."""
+
+DIFFERENCE = "difference"
+"""How a recompute writes the MV when jobs read its feed: only the rows that differ from the
+MV (the recomputed rows compared with the MV's in one join), by a keyed write."""
+DIFFERENCE_WAYS = (APPEND, REPLACE, DELETE, MERGE)
+"""The keyed writes a recompute's difference may take (an overwrite would feed every row)."""
 
 WATERMARK_ONLY = "watermark only"
 JOIN_ROUND = "join round"
@@ -69,6 +80,22 @@ _CORRECTION_MIN_SAMPLES = 3
 """A plan is corrected once it has run this often: a JVM's first round of a kind pays for
 class loading and code generation, and must not decide alone."""
 _CORRECTION_BOUNDS = (0.2, 5.0)
+
+
+FIRST_USE_S: Mapping[str, float] = {
+    APPEND: 3.6, REPLACE: 4.9, DELETE: 4.9, MERGE: 9.4, OVERWRITE: 3.3, RECOMPUTE: 8.5, INCREMENTAL: 3.6}
+"""What a fresh JVM's first round of each plan costs beyond the same round in a warm one
+(code generation, the JIT compiler's first passes, Delta's first snapshots and commit):
+`python bench/chain.py --sections cold --scale 0.1` ran catch-ups of a 0.6 M-row MV over
+TPC-H lineitem, each a `spark-submit` on the class archive with the catch-up operator's
+JIT choice, two rounds of 0.5 % updated line items each; the first round's seconds less
+the second's, medians of two (load 7 - 10 on 2 cores): replace 4.9, merge 9.4, recompute
+8.5 (11.8 when it writes the difference), the Q1 aggregate's incremental round 3.6 and
+recompute 6.4. The whole small MV overwritten (SF 0.02): 3.3. `incremental`, the least
+incremental round before the feed (and a join's), takes the lightest incremental round
+measured; `append` the same, `delete` replace's (not measured apart). At 2 M rows under
+load 13 the differences were three to four times these; the recompute's stayed the
+largest. See docs/round-plans.md, "A fresh process and its first rounds"."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +133,18 @@ class Rates:
     per_feed_key_row: float = 0.2e-6
     """Netting a change row's key columns instead, when the range inserted no row: read by the
     driver, 1.2 M change rows in 0.2 s at SF 1 (Spark, beyond `sizes.key_feed_rows`, took 2 s)."""
+    per_reader_row: float = 13e-6
+    """What a row of the MV's change feed costs each of its readers: an MV over it reads and
+    nets the row in its own round (`per_change_row`)."""
+    per_compared_row: float = 1.0e-6
+    """Reading an MV row and comparing it with its recomputed row in one join by key (a
+    recompute that writes only the difference): warm recomputes of 0.6 M and 2 M-row MVs
+    writing the difference against overwriting (`bench/chain.py --sections cold`), less the
+    difference's replace, scaled to an idle machine by the recompute's estimate over its
+    measured seconds: 1.05 and 0.9 us a row."""
+    first_use: Mapping[str, float] = field(default_factory=lambda: dict(FIRST_USE_S))
+    """Seconds a process's first round of each plan takes beyond its warm estimate
+    (`FIRST_USE_S`); `with_first_use` adds them to the plans a process has not run yet."""
     join_fixed_per_table: float = 0.6
     """The least a join round costs per upstream beyond its writes: each table's feed read and
     netted, and the walks that join the changes of one side with the others (TPC-H Q3's rounds
@@ -191,33 +230,111 @@ def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, rate
     return estimates
 
 
-def round_estimates(facts: RoundFacts, rates: Rates) -> dict[str, float]:
-    """Seconds each way would take for the whole round (feed included), before corrections."""
+def feed_rows(way: str, changed_keys: int, present_rows: int, table_rows: int) -> int:
+    """Rows a write puts in the table's change feed: an appended row; a deleted key's row; a
+    replaced, merged or differing key's old row and new row; an overwrite's every old row
+    and every new one."""
+    if way == APPEND:
+        return present_rows
+    if way == DELETE:
+        return changed_keys
+    if way in (OVERWRITE, RECOMPUTE):
+        return table_rows + max(0, table_rows - changed_keys + present_rows)
+    return changed_keys + present_rows
+
+
+def readers_cost(rows: int, readers: int, table_rows: int, rates: Rates) -> float:
+    """What a commit whose feed holds `rows` costs the table's `readers` (the jobs whose
+    source it is): each reads and nets them in its next round, or, when that costs it
+    more, recomputes from the table's `table_rows` and writes its own difference (so that
+    its own readers see only the change). 0 without readers."""
+    if readers <= 0:
+        return 0.0
+    reader_recompute = rates.fixed[RECOMPUTE] + table_rows * (rates.per_upstream_row + rates.per_compared_row)
+    return readers * min(rows * rates.per_reader_row, reader_recompute)
+
+
+def with_readers(estimates: Mapping[str, float], changed_keys: int, present_rows: int, table_rows: int,
+                 readers: int, rates: Rates) -> dict[str, float]:
+    """Each write's estimate plus what its feed costs the table's readers (as they were
+    without readers)."""
+    return {way: seconds + readers_cost(feed_rows(way, changed_keys, present_rows, table_rows), readers, table_rows,
+                                        rates)
+            for way, seconds in estimates.items()}
+
+
+def recompute_writes(recomputed: float, table_rows: int, difference_writes: Mapping[str, float], readers: int,
+                     rates: Rates, *, overwrite_write: float = 0.0) -> dict[str, float]:
+    """A recompute's seconds by how it writes the MV (`recomputed`: computing it, and writing
+    it whole when `overwrite_write` is 0): `overwrite`, whose feed holds every row; and,
+    when the MV has readers, `difference`: the MV's rows read and compared with the
+    recomputed ones, the differing rows written the cheapest of `difference_writes` (keyed
+    writes' estimates with their feed's cost counted, `with_readers`)."""
+    overwrite_feed = feed_rows(OVERWRITE, table_rows, table_rows, table_rows)
+    ways = {OVERWRITE: recomputed + overwrite_write + readers_cost(overwrite_feed, readers, table_rows, rates)}
+    allowed = [seconds for way, seconds in difference_writes.items() if way in DIFFERENCE_WAYS]
+    if readers > 0 and allowed:
+        ways[DIFFERENCE] = recomputed + table_rows * rates.per_compared_row + min(allowed)
+    return ways
+
+
+def cheapest(estimates: Mapping[str, float]) -> str:
+    """The way of the lowest estimate (by name among equals)."""
+    return min(estimates, key=lambda way: (estimates[way], way))
+
+
+def stateless_recompute_writes(facts: RoundFacts, rates: Rates, readers: int = 0) -> dict[str, float]:
+    """A stateless round's recompute (`recompute_writes`), once its feed is read."""
     feed = rates.feed_fixed + facts.change_rows * rates.per_change_row
-    estimates = {plan: feed + seconds for plan, seconds in write_estimates(
-        facts.table, facts.changed_keys, facts.present_rows, rates).items()}
-    recompute = rates.fixed[RECOMPUTE] + facts.upstream_rows * rates.per_upstream_row
-    estimates[RECOMPUTE] = recompute + (feed if facts.feed_needed_for_recompute else 0.0)
+    recomputed = rates.fixed[RECOMPUTE] + facts.upstream_rows * rates.per_upstream_row
+    recomputed += feed if facts.feed_needed_for_recompute else 0.0
+    writes = with_readers(write_estimates(facts.table, facts.changed_keys, facts.present_rows, rates),
+                          facts.changed_keys, facts.present_rows, facts.table.rows, readers, rates)
+    return recompute_writes(recomputed, facts.table.rows, writes, readers, rates)
+
+
+def round_estimates(facts: RoundFacts, rates: Rates, readers: int = 0) -> dict[str, float]:
+    """Seconds each way would take for the whole round (feed included, and what the MV's
+    feed then costs its `readers`), before corrections."""
+    feed = rates.feed_fixed + facts.change_rows * rates.per_change_row
+    writes = with_readers(write_estimates(facts.table, facts.changed_keys, facts.present_rows, rates),
+                          facts.changed_keys, facts.present_rows, facts.table.rows, readers, rates)
+    estimates = {plan: feed + seconds for plan, seconds in writes.items()}
+    estimates[RECOMPUTE] = min(stateless_recompute_writes(facts, rates, readers).values())
     return estimates
+
+
+def aggregate_recompute_writes(upstream_rows: int, state_rows: int, mv_rows: int, mv_writes: Mapping[str, float],
+                               rates: Rates, readers: int = 0) -> dict[str, float]:
+    """An aggregate's recompute (the state from the whole upstream and overwritten) by how it
+    writes the MV (`recompute_writes`; `mv_writes`: the MV's keyed writes of the round's
+    changes, their feed's cost counted)."""
+    state = rates.fixed[OVERWRITE] + state_rows * rates.per_written_row
+    recomputed = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row + state
+    return recompute_writes(recomputed, mv_rows, mv_writes, readers, rates,
+                            overwrite_write=rates.fixed[OVERWRITE] + mv_rows * rates.per_written_row)
 
 
 def aggregate_round_estimates(
     change_rows: int, state_writes: Mapping[str, float], mv_writes: Mapping[str, float], upstream_rows: int,
-    state_rows: int, mv_rows: int, rates: Rates,
+    state_rows: int, mv_rows: int, rates: Rates, readers: int = 0,
 ) -> dict[str, float]:
     """Seconds of an aggregate round applied incrementally (the feed folded into the touched
-    groups, state and MV each written their cheapest way) and recomputed (the state from
-    the whole upstream, both tables overwritten)."""
+    groups, state and MV each written their cheapest way; `mv_writes` with their feed's
+    cost to the MV's `readers` counted, `with_readers`) and recomputed (the state from the
+    whole upstream, the state overwritten, the MV overwritten or, with readers, written
+    its difference)."""
     feed = rates.feed_fixed + change_rows * rates.per_change_row
-    overwrites = sum(rates.fixed[OVERWRITE] + rows * rates.per_written_row for rows in (state_rows, mv_rows))
+    recompute = aggregate_recompute_writes(upstream_rows, state_rows, mv_rows, mv_writes, rates, readers)
     return {
         INCREMENTAL: feed + rates.aggregate_fixed + min(state_writes.values()) + min(mv_writes.values()),
-        RECOMPUTE: rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row + overwrites,
+        RECOMPUTE: min(recompute.values()),
     }
 
 
 def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool,
-                    prove_key: bool, inserts: bool = True, located: TableFacts | None = None) -> dict[str, float]:
+                    prove_key: bool, inserts: bool = True, located: TableFacts | None = None,
+                    readers: int = 0, mv_rows: int = 0) -> dict[str, float]:
     """What is known before a round reads its feed (its change rows guessed from the
     change files' bytes): a recompute's estimate, and the least any incremental round
     could cost (the feed and the cheapest write's fixed cost, writing nothing). A
@@ -228,33 +345,79 @@ def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggre
     `located` is the stateless MV's files as the change files' key range meets them, for
     a range that inserts no row: each of its changes updates or deletes a key the MV may
     hold, so the least write is one that finds at least half as many keys as change rows
-    (an update has two) in those files, or one that overwrites the MV."""
+    (an update has two) in those files, or one that overwrites the MV.
+
+    With `readers` of the MV's feed, the recompute counts what its feed costs them
+    (`recompute_before_the_feed`); the least incremental round stays a least (its feed may
+    change no MV row)."""
     feed = rates.feed_fixed + change_rows * rates.per_change_row
     writes = 2 if aggregate else 1
     least = feed + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0)
     if located is not None and not aggregate:
         keys = change_rows // 2
         least = feed + min(min(write_estimates(located, keys, present, rates).values()) for present in (0, keys))
-    recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
+    recompute = recompute_before_the_feed(change_rows, upstream_rows, rates, aggregate=aggregate, prove_key=prove_key,
+                                          inserts=inserts, readers=readers, mv_rows=mv_rows)
+    return {INCREMENTAL: least, RECOMPUTE: min(recompute.values())}
+
+
+def recompute_before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool, prove_key: bool,
+                              inserts: bool = True, readers: int = 0, mv_rows: int = 0) -> dict[str, float]:
+    """A recompute chosen before the feed, by how it writes the MV (`recompute_writes`): a
+    difference is guessed at one changed MV key per two change rows (an update's two
+    images), written by a replace over the whole MV."""
+    recomputed = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
     if prove_key and not aggregate:
-        recompute += (rates.prove_fixed + upstream_rows * rates.per_proved_row if inserts
-                      else change_rows * rates.per_feed_key_row)
-    return {INCREMENTAL: least, RECOMPUTE: recompute}
+        recomputed += (rates.prove_fixed + upstream_rows * rates.per_proved_row if inserts
+                       else change_rows * rates.per_feed_key_row)
+    return recompute_writes(recomputed, mv_rows, _guessed_difference(change_rows, mv_rows, readers, rates),
+                            readers, rates)
+
+
+def _guessed_difference(change_rows: int, mv_rows: int, readers: int, rates: Rates) -> dict[str, float]:
+    keys = min(mv_rows, max(1, change_rows // 2))
+    writes = write_estimates(TableFacts(rows=mv_rows, touched_rows=mv_rows), keys, keys, rates)
+    return with_readers(writes, keys, keys, mv_rows, readers, rates)
 
 
 def join_before_the_feed(change_rows: int, upstream_rows: int, tables: int, rates: Rates, *, aggregate: bool,
-                         proved_rows: int) -> dict[str, float]:
+                         proved_rows: int, readers: int = 0, mv_rows: int = 0) -> dict[str, float]:
     """What a join round knows before it reads its feeds: the least its delta rule and
     writes could cost for `change_rows` (guessed from the change files' bytes) over
     `tables` upstreams, and a recompute of the join over the upstreams' `upstream_rows`
-    (with its MV key proved over `proved_rows` output rows, 0 when not proved)."""
+    (with its MV key proved over `proved_rows` output rows, 0 when not proved; with the
+    cost of its feed to the MV's `readers`, `join_recompute_writes`)."""
     writes = 2 if aggregate else 1
     least = (tables * rates.join_fixed_per_table + change_rows * rates.per_change_row
              + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0))
-    recompute = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
+    recompute = join_recompute_writes(change_rows, upstream_rows, rates, proved_rows=proved_rows, readers=readers,
+                                      mv_rows=mv_rows)
+    return {INCREMENTAL: least, RECOMPUTE: min(recompute.values())}
+
+
+def join_recompute_writes(change_rows: int, upstream_rows: int, rates: Rates, *, proved_rows: int, readers: int = 0,
+                          mv_rows: int = 0) -> dict[str, float]:
+    """A join's recompute by how it writes the MV (`recompute_writes`, the difference guessed
+    as before a one-upstream round's feed)."""
+    recomputed = rates.fixed[RECOMPUTE] + upstream_rows * rates.per_upstream_row
     if proved_rows:
-        recompute += rates.prove_fixed + proved_rows * rates.per_proved_row
-    return {INCREMENTAL: least, RECOMPUTE: recompute}
+        recomputed += rates.prove_fixed + proved_rows * rates.per_proved_row
+    return recompute_writes(recomputed, mv_rows, _guessed_difference(change_rows, mv_rows, readers, rates),
+                            readers, rates)
+
+
+def with_first_use(estimates: Mapping[str, float], ran: Collection[str], rates: Rates) -> dict[str, float]:
+    """`estimates` for a process that has run rounds of the plans `ran`: each plan it has not
+    run yet costs its first use too (`Rates.first_use`); once the process has run any
+    round, only the part beyond what every plan's first use shares (the least of them: the
+    JVM's first Delta snapshot, query and commit, paid by whichever round came first)."""
+    shared = min(rates.first_use.values(), default=0.0)
+    result = {}
+    for plan, seconds in estimates.items():
+        first = rates.first_use.get(plan, 0.0)
+        extra = 0.0 if plan in ran else first if not ran else max(0.0, first - shared)
+        result[plan] = seconds + extra
+    return result
 
 
 def corrections(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:

@@ -3,19 +3,27 @@
 The estimates (`planning/round_plan.py`) start from rates measured on a 2-core machine
 and are corrected by this job's own rounds: each round's plan, its estimate and its
 duration are kept in the job's state file, and later rounds scale each plan's estimate
-by how far its recent rounds were off. The job's `round_plan` can pin the choice.
+by how far its recent rounds were off. They count what the MV's change feed costs the
+jobs registered as reading it (`engine/downstream.py`), and what a plan's first round in
+this process costs beyond its warm figure (`rounds/warmth.py`). The job's `round_plan`
+can pin the choice.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.engine import job_state
-from airflow_backfill.engine.delta.change_feed import change_bytes, range_inserts_rows
+from airflow_backfill.engine.delta.change_feed import (
+    change_bytes,
+    change_file_rows,
+    logged_change_rows,
+    range_inserts_rows,
+)
 from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range
 from airflow_backfill.engine.delta.key_range import (
     KeyRange,
@@ -25,8 +33,10 @@ from airflow_backfill.engine.delta.key_range import (
     table_rows,
 )
 from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.downstream import feed_readers_count
 from airflow_backfill.engine.planning.round_plan import (
     AUTO,
+    DIFFERENCE,
     INCREMENTAL,
     JOIN_ROUND,
     OBSERVATIONS_KEPT,
@@ -37,12 +47,19 @@ from airflow_backfill.engine.planning.round_plan import (
     TableFacts,
     before_the_feed,
     bounded_correction,
+    cheapest,
     choose,
     corrections,
     join_before_the_feed,
+    join_recompute_writes,
     observation,
+    recompute_before_the_feed,
     recompute_saves,
+    with_first_use,
+    with_readers,
 )
+from airflow_backfill.engine.rounds.warmth import mark_run, plans_run
+from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
@@ -73,23 +90,61 @@ def job_corrections(job: BackfillJob) -> dict[str, float]:
 
 
 def estimated_change_rows(source: str, watermark: int, end_version: int, rows: int) -> int:
-    """The change rows of (watermark, end_version], guessed from the bytes of its change files
-    and the upstream's bytes per row (no data read): what the plan knows before the feed."""
+    """The change rows of (watermark, end_version], as known before the feed is read (no row
+    read): counted from the log for commits without change files (`logged_change_rows`, a
+    deletion vector's rows exactly), from the change files' footers while the range has
+    at most `sizes.range_files` of them, else guessed from their bytes and the upstream's
+    bytes per row (a small change file's footer and page headers weigh as much as its rows)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    counted, guessed_bytes, footers = 0, 0, 0
+    for version in range(watermark + 1, end_version + 1):
+        logged = logged_change_rows(source, version)
+        if logged is None and footers < sizes().range_files:
+            in_files = change_file_rows(source, version)
+            if in_files is not None:
+                logged, opened = in_files
+                footers += opened
+        if logged is None:
+            guessed_bytes += change_bytes(source, version)
+        else:
+            counted += logged
+    if not guessed_bytes:
+        return counted
     actions = pa.table(load_table(source).get_add_actions(flatten=True))
     total_bytes = int(pc.sum(actions.column("size_bytes")).as_py() or 0) if actions.num_rows else 0
     if not rows or not total_bytes:
-        return 0
-    feed_bytes = sum(change_bytes(source, version) for version in range(watermark + 1, end_version + 1))
-    return int(feed_bytes * rows / total_bytes)
+        return counted
+    return counted + int(guessed_bytes * rows / total_bytes)
+
+
+def readers(job: BackfillJob) -> int:
+    """How many jobs read the MV's change feed (`downstream.feed_readers_count`)."""
+    return feed_readers_count(job.target)
+
+
+def keyed_estimates(parallelism: int, feed_readers: int) -> Callable[[PreparedChanges], dict[str, float]]:
+    """Each keyed way's seconds for prepared changes of an MV, plus what its feed costs the
+    MV's `feed_readers` (`with_readers`)."""
+    rates = rates_at(parallelism)
+
+    def estimates(prepared: PreparedChanges) -> dict[str, float]:
+        return with_readers(prepared.estimates(rates), prepared.changed.rows or 0, prepared.changed.present_rows,
+                            prepared.facts.rows, feed_readers, rates)
+
+    return estimates
+
+
+def first_use(estimates: Mapping[str, float]) -> dict[str, float]:
+    """`estimates` with the first use of each plan this process has not run yet."""
+    return with_first_use(estimates, plans_run(), Rates())
 
 
 def plan_round(job: BackfillJob, estimates: dict[str, float], facts: str) -> RoundPlan:
-    """The plan for a round with these estimates, logged with every alternative and the
-    facts they came from."""
-    chosen = choose(estimates, job_corrections(job), job.round_plan)
+    """The plan for a round with these estimates (plus the first use of each plan this
+    process has not run yet), logged with every alternative and the facts they came from."""
+    chosen = choose(first_use(estimates), job_corrections(job), job.round_plan)
     log.info("round plan: %s (%s); estimates %s; %s", chosen.plan, chosen.reason,
              {k: round(v, 2) for k, v in sorted(chosen.estimates.items())}, facts)
     return chosen
@@ -109,13 +164,20 @@ def recompute_first(
     or even the least an incremental round could cost is more than recomputing. For a
     stateless MV, `keys` names the leading key column in the upstream and in the MV: a
     range that inserts no row must then find its keys in the MV's files that the change
-    files' key range meets, and the least counts them.
+    files' key range meets, and the least counts them. With readers of the MV's feed, the
+    recompute counts what its feed costs them and may write only the difference
+    (`writes`: `mv` `difference`).
     None: read the feed, then plan with what it holds."""
+    rates, feed_readers = rates_at(parallelism), readers(job)
+    mv_rows = table_rows(job.target) if feed_readers else 0
+    rows = table_rows(job.source, end_version)
     if job.round_plan == RECOMPUTE:
-        return RoundPlan(RECOMPUTE, {}, "round_plan: recompute")
+        changes = estimated_change_rows(job.source, watermark, end_version, rows) if feed_readers else 0
+        ways = recompute_before_the_feed(changes, rows, rates, aggregate=aggregate, prove_key=False,
+                                         readers=feed_readers, mv_rows=mv_rows)
+        return recompute_writing(RoundPlan(RECOMPUTE, {}, "round_plan: recompute"), ways)
     if job.round_plan != AUTO:
         return None
-    rows = table_rows(job.source, end_version)
     changes = estimated_change_rows(job.source, watermark, end_version, rows)
     prove_key = job.verify_primary_key and not aggregate
     inserts = (prove_key or keys is not None) and range_inserts_rows(job.source, watermark, end_version)
@@ -124,14 +186,23 @@ def recompute_first(
         changed = change_key_range(job.source, watermark, end_version, keys[0])
         if changed is not None:
             changes, located = changed.rows, mv_files_to_search(job.target, keys[1], changed)
-    estimates = before_the_feed(changes, rows, rates_at(parallelism), aggregate=aggregate, prove_key=prove_key,
-                                inserts=inserts, located=located)
+    estimates = first_use(before_the_feed(changes, rows, rates, aggregate=aggregate, prove_key=prove_key,
+                                          inserts=inserts, located=located, readers=feed_readers, mv_rows=mv_rows))
     recompute = estimates[RECOMPUTE] * job_corrections(job).get(RECOMPUTE, 1.0)
     if not recompute_saves(recompute, estimates[INCREMENTAL]):
         return None
-    return RoundPlan(RECOMPUTE, {RECOMPUTE: recompute}, f"recompute {recompute:.2f} s is below the least an "
-                     f"incremental round of about {changes} change rows costs ({estimates[INCREMENTAL]:.2f} s)",
-                     estimates[RECOMPUTE])
+    ways = recompute_before_the_feed(changes, rows, rates, aggregate=aggregate, prove_key=prove_key, inserts=inserts,
+                                     readers=feed_readers, mv_rows=mv_rows)
+    return recompute_writing(RoundPlan(
+        RECOMPUTE, {RECOMPUTE: recompute}, f"recompute {recompute:.2f} s is below the least an incremental round "
+        f"of about {changes} change rows costs ({estimates[INCREMENTAL]:.2f} s)", estimates[RECOMPUTE]), ways)
+
+
+def recompute_writing(plan: RoundPlan, ways: Mapping[str, float]) -> RoundPlan:
+    """`plan` (a recompute) writing the MV its cheapest way: an overwrite, as a recompute
+    writes without readers, or only the difference (recorded as the MV's write)."""
+    way = cheapest(ways)
+    return plan.with_writes(mv=way) if way == DIFFERENCE else plan
 
 
 def mv_files_to_search(target: str, column: str, changed: ChangeKeyRange) -> TableFacts | None:
@@ -163,31 +234,42 @@ def join_recompute_first(
     the rates alone, measured on wide `lineitem` rows, overestimate narrow dimension
     tables. The least incremental round is corrected by the job's own join rounds.
     """
-    rates = rates_at(parallelism)
+    rates, feed_readers = rates_at(parallelism), readers(job)
+    mv_rows = table_rows(job.target) if feed_readers else 0
     uris = {upstream.name: upstream.table for upstream in job.upstreams}
     rows = {name: table_rows(uris[name], version) for name, version in target.items()}
     changes = sum(estimated_change_rows(uris[name], watermark[name], version, rows[name])
                   for name, version in target.items() if version > watermark[name])
-    estimates = _join_estimates(rows, changes, rates, aggregate=aggregate, prove_key=prove_key)
+    warm = _join_estimates(rows, changes, rates, aggregate=aggregate, prove_key=prove_key, readers=feed_readers,
+                           mv_rows=mv_rows)
+    estimates = first_use(warm)
+    ways = join_recompute_writes(changes, sum(rows.values()), rates, readers=feed_readers, mv_rows=mv_rows,
+                                 proved_rows=_proved_rows(rows, prove_key))
     if job.round_plan == RECOMPUTE:
-        return RoundPlan(RECOMPUTE, {}, "round_plan: recompute", estimates[RECOMPUTE]), estimates[INCREMENTAL]
+        return (recompute_writing(RoundPlan(RECOMPUTE, {}, "round_plan: recompute", estimates[RECOMPUTE]), ways),
+                warm[INCREMENTAL])
     state = job_state.read_state(job.target)
     learned = corrections(state.get(ROUND_COSTS, []))
     recompute_correction = learned.get(RECOMPUTE) or _snapshot_correction(state, aggregate, prove_key)
     incremental = estimates[INCREMENTAL] * learned.get(JOIN_ROUND, 1.0)
     recompute = estimates[RECOMPUTE] * recompute_correction
     if job.round_plan != AUTO or not recompute_saves(recompute, incremental):
-        return None, estimates[INCREMENTAL]
-    return RoundPlan(RECOMPUTE, {RECOMPUTE: recompute, INCREMENTAL: incremental},
-                     f"recompute {recompute:.2f} s is below the least a join round of about {changes} change rows "
-                     f"costs ({incremental:.2f} s)", estimates[RECOMPUTE]), estimates[INCREMENTAL]
+        return None, warm[INCREMENTAL]
+    return recompute_writing(RoundPlan(
+        RECOMPUTE, {RECOMPUTE: recompute, INCREMENTAL: incremental}, f"recompute {recompute:.2f} s is below the "
+        f"least a join round of about {changes} change rows costs ({incremental:.2f} s)", estimates[RECOMPUTE]),
+        ways), warm[INCREMENTAL]
 
 
 def _join_estimates(rows: Mapping[str, int], changes: int, rates: Rates, *, aggregate: bool,
-                    prove_key: bool) -> dict[str, float]:
-    """The stateless join's key is proved on its output, about as many rows as its largest upstream."""
+                    prove_key: bool, readers: int = 0, mv_rows: int = 0) -> dict[str, float]:
     return join_before_the_feed(changes, sum(rows.values()), len(rows), rates, aggregate=aggregate,
-                                proved_rows=max(rows.values(), default=0) if prove_key else 0)
+                                proved_rows=_proved_rows(rows, prove_key), readers=readers, mv_rows=mv_rows)
+
+
+def _proved_rows(rows: Mapping[str, int], prove_key: bool) -> int:
+    """The stateless join's key is proved on its output, about as many rows as its largest upstream."""
+    return max(rows.values(), default=0) if prove_key else 0
 
 
 def _snapshot_correction(state: Mapping[str, Any], aggregate: bool, prove_key: bool) -> float:
@@ -204,7 +286,9 @@ def _snapshot_correction(state: Mapping[str, Any], aggregate: bool, prove_key: b
 
 
 def record_round(job: BackfillJob, plan: RoundPlan, seconds: float, epoch: int) -> None:
-    """Keep the round's plan, estimate and duration for the next rounds' corrections."""
+    """Keep the round's plan, estimate and duration for the next rounds' corrections, and
+    that this process has run the plan."""
+    mark_run(plan)
     if not plan.base_estimate:
         return
     kept: list[dict[str, Any]] = list(job_state.read_state(job.target).get(ROUND_COSTS, []))

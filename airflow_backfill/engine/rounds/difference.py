@@ -1,0 +1,165 @@
+"""A recomputed table written as its difference with the table it replaces.
+
+Why: an overwrite's change feed shows every old row deleted and every new row inserted,
+so each MV over this one (and any reader of its feed) sees the whole table change,
+however little did. Comparing the recomputed rows with the table's in one join by key
+gives the keyed changes that turn one into the other (a key's new row when it is new or
+differs in some column, its departure when it is gone); written through the keyed writes
+(`delta/keyed_writes.py`), with the watermark in one commit, they make a feed of about
+two rows per changed row.
+
+Rows are compared exactly, value for value: Spark's `<=>` takes -0.0 as 0.0, a string of
+a case-blind collation as its other case, and compares no map or variant at all, so each
+column is compared by `same_value`, which keeps such values apart (NaN equals NaN, as in
+Spark's own comparisons and in the engine's netting).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from airflow_backfill.engine.delta.commits import PRESENT
+from airflow_backfill.engine.delta.keyed_writes import prepare, write
+from airflow_backfill.engine.delta.listed_files import read_table
+from airflow_backfill.engine.planning.aggregate_sql import quote
+from airflow_backfill.engine.planning.round_plan import DIFFERENCE_WAYS, cheapest
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+    from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
+
+log = logging.getLogger(__name__)
+
+_OLD, _NEW, _IN_OLD, _IN_NEW = "__old", "__new", "__in_old", "__in_new"
+
+
+def same_value(left: Column, right: Column, data_type: DataType) -> Column:
+    """True when `left` and `right` (both of `data_type`) hold the same value, NULL equal to
+    NULL; never NULL. Exact where Spark's `<=>` is not: a floating-point 0.0 differs from
+    -0.0, a collated string from one that differs in bytes, and nested values compare
+    element by element (a map by its entries in key order). A variant, or a type Spark
+    cannot compare, counts as differing: its row is written again."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StringType, StructType
+
+    if _plain(data_type):
+        return left.eqNullSafe(right)
+    both_null, both_set = left.isNull() & right.isNull(), left.isNotNull() & right.isNotNull()
+    if isinstance(data_type, (FloatType, DoubleType)):  # <=> already tells NaN and NULL apart from the rest
+        zero_sign = F.coalesce(left != F.lit(0.0), F.lit(True)) | (left.cast("string") == right.cast("string"))
+        return left.eqNullSafe(right) & zero_sign
+    if isinstance(data_type, StringType):  # a collation that equates other bytes: compare the bytes
+        return left.cast("binary").eqNullSafe(right.cast("binary"))
+    if isinstance(data_type, StructType):
+        fields = [same_value(left.getField(f.name), right.getField(f.name), f.dataType) for f in data_type.fields]
+        return both_null | (both_set & _all(fields))
+    if isinstance(data_type, ArrayType):
+        element = data_type.elementType
+        pairs = F.zip_with(left, right, lambda x, y: same_value(x, y, element))
+        return both_null | (both_set & (F.size(left) == F.size(right)) & F.forall(pairs, lambda same: same))
+    if isinstance(data_type, MapType):
+        entries = ArrayType(StructType().add("key", data_type.keyType).add("value", data_type.valueType))
+        return both_null | (both_set & same_value(_entries_by_key(left), _entries_by_key(right), entries))
+    return F.lit(False)
+
+
+def _plain(data_type: DataType) -> bool:
+    """Whether Spark's `<=>` compares values of `data_type` exactly."""
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        BooleanType,
+        DateType,
+        DayTimeIntervalType,
+        DecimalType,
+        IntegralType,
+        NullType,
+        StringType,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+        YearMonthIntervalType,
+    )
+
+    if isinstance(data_type, StringType):
+        return getattr(data_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
+    if isinstance(data_type, StructType):
+        return all(_plain(field.dataType) for field in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return _plain(data_type.elementType)
+    return isinstance(data_type, (BinaryType, BooleanType, DateType, DayTimeIntervalType, DecimalType, IntegralType,
+                                  NullType, TimestampNTZType, TimestampType, YearMonthIntervalType))
+
+
+def _entries_by_key(value: Column) -> Column:
+    """A map's entries as an array sorted by key (keys are unique and never NULL)."""
+    from pyspark.sql import functions as F
+
+    def order(a: Column, b: Column) -> Column:
+        return F.when(a.getField("key") < b.getField("key"), -1).when(a.getField("key") > b.getField("key"), 1) \
+            .otherwise(0)
+
+    return F.array_sort(F.map_entries(value), order)
+
+
+def _all(conditions: Sequence[Column]) -> Column:
+    from pyspark.sql import functions as F
+
+    result = F.lit(True)
+    for condition in conditions:
+        result = result & condition
+    return result
+
+
+def keyed_difference(current: DataFrame, recomputed: DataFrame, key: Sequence[str]) -> DataFrame:
+    """Keyed changes (`__present`) that turn `current` into `recomputed`, both of the same
+    columns and types, each holding a key once: the new row of a key that is new or differs
+    in some column (`same_value`), the key alone of one that is gone. A key's rows that are
+    equal in every column give no change. One full outer join, NULL-safe on the key."""
+    from pyspark.sql import functions as F
+
+    fields = recomputed.schema.fields
+
+    def side(alias: str, name: str) -> Column:
+        return F.col(f"{alias}.{quote(name)}")
+
+    old = current.select(*(quote(f.name) for f in fields)).withColumn(_IN_OLD, F.lit(True)).alias(_OLD)
+    new = recomputed.withColumn(_IN_NEW, F.lit(True)).alias(_NEW)
+    joined = old.join(new, on=[side(_OLD, k).eqNullSafe(side(_NEW, k)) for k in key], how="full_outer")
+    in_old, in_new = side(_OLD, _IN_OLD).isNotNull(), side(_NEW, _IN_NEW).isNotNull()
+    same = _all([same_value(side(_OLD, f.name), side(_NEW, f.name), f.dataType) for f in fields])
+    keys = {k.lower() for k in key}
+    return joined.filter(~(in_old & in_new & same)).select(
+        *(F.when(in_new, side(_NEW, f.name)).otherwise(
+            side(_OLD, f.name) if f.name.lower() in keys else F.lit(None).cast(f.dataType)).alias(f.name)
+          for f in fields),
+        F.when(in_new, F.lit(True)).otherwise(F.lit(None).cast("boolean")).alias(PRESENT),
+    )
+
+
+def write_difference(
+    spark: SparkSession, uri: str, recomputed: DataFrame, key: Sequence[str], *, app_id: str, version: int,
+    user_metadata: str, estimates: Callable[[PreparedChanges], Mapping[str, float]],
+    before_commit: Callable[[], None] | None = None,
+) -> tuple[str, int]:
+    """Commit to the table at `uri` only the rows of `recomputed` (its whole new content,
+    conformed to its types) that differ from its rows now, with the watermark, in one
+    commit, by the cheapest of `DIFFERENCE_WAYS` that `estimates(prepared changes)` offers
+    (seconds per way). `before_commit` runs before the commit (before anything is
+    written). Returns (the way taken, the changed keys written)."""
+    changes = keyed_difference(read_table(spark, uri), recomputed, key)
+    prepared = prepare(spark, uri, changes, key, null_safe=True)
+    try:
+        ways = {way: seconds for way, seconds in estimates(prepared).items() if way in DIFFERENCE_WAYS}
+        way = cheapest(ways)
+        log.info("the recomputed rows differ from %s in %s keys (%s new rows): %s", uri, prepared.changed.rows,
+                 prepared.changed.present_rows, way)
+        written = write(spark, prepared, way, app_id=app_id, version=version, user_metadata=user_metadata,
+                        before_commit=before_commit)
+        return way, written
+    finally:
+        prepared.release()
