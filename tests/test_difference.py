@@ -40,6 +40,9 @@ COLUMNS = {  # name: (the base row's value, the same value written otherwise or 
     "mp": ("map('a', 1.0D, 'b', 2.0D)", "map('b', 2.0D, 'a', 1.0D)", "map('a', 1.0D, 'b', CAST(-2.0 AS DOUBLE))"),
     "mp_nested": ("map(1, array(CAST(0.0 AS FLOAT)))", None, "map(1, array(CAST('-0.0' AS FLOAT)))"),
     "mp_keys": ("map(1, 'x')", None, "map(2, 'x')"),
+    "mp_null": ("map('a', 1, 'b', CAST(NULL AS INT))", "map('b', CAST(NULL AS INT), 'a', 1)", "map('a', 1, 'b', 0)"),
+    "st_mp": ("named_struct('m', map('z', CAST(NULL AS DOUBLE)))", None, "named_struct('m', map('z', 0.0D))"),
+    "arr_mp": ("array(map('k', CAST(NULL AS BIGINT)))", None, "array(map('k', 0L))"),
     "span": ("INTERVAL '1' DAY", None, "INTERVAL '2' DAY"),
 }
 

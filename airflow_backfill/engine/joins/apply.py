@@ -66,6 +66,7 @@ from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import JOIN_ROUND, WATERMARK_ONLY, RoundPlan
 from airflow_backfill.engine.rounds.applied import AppliedRange
 from airflow_backfill.engine.rounds.changes import SIGN, apply_query
+from airflow_backfill.engine.rounds.exact_values import grouped_rows
 from airflow_backfill.engine.rounds.plan_choice import (
     join_recompute_first,
     keyed_estimates,
@@ -212,7 +213,8 @@ def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame, leavin
 
     The signed rows are mapped through the flat query, the MV rows that `leaving` holds
     (already mapped, signed -1) are added, and all are counted per whole row; what is
-    left is the MV's change as a multiset. With unique upstream keys a key then has at
+    left is the MV's change as a multiset (rows counted by their exact values:
+    `grouped_rows`). With unique upstream keys a key then has at
     most one row counted +1 (its new row) and one counted -1 (its old row); anything
     else raises the repeated-key error when the rows are evaluated.
     """
@@ -226,7 +228,7 @@ def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame, leavin
     if leaving is not None:
         mapped = mapped.unionByName(leaving.select(*(quote(c) for c in mapped.columns)))
     columns = [c for c in mapped.columns if c != SIGN]
-    counted = mapped.groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).alias(_COUNT)).filter(F.col(_COUNT) != 0)
+    counted = grouped_rows(mapped, columns, {_COUNT: F.sum(SIGN)}).filter(F.col(_COUNT) != 0)
     per_key = Window.partitionBy(*(F.col(quote(k)) for k in plan.mv_key))
     arriving = F.sum(F.when(F.col(_COUNT) > 0, 1).otherwise(0)).over(per_key)
     rows = counted.withColumn(_ROWS_FOR_KEY, arriving)

@@ -45,6 +45,7 @@ from airflow_backfill.engine.joins.relation import (
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import LEFT, JoinPlan, flat_column
 from airflow_backfill.engine.rounds.changes import SIGN, signed_rows
+from airflow_backfill.engine.rounds.exact_values import grouped_rows
 from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
@@ -119,12 +120,9 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
     if local is not None:  # Spark's plan below is not even built (a few hundred py4j calls)
         return local
     feed = held.frame if held is not None else read_change_feed(spark, uri, old, new, list(table.columns))
-    netted = (
-        signed_rows(feed, list(table.columns))
-        .select(*(F.col(quote(c)).alias(f) for c, f in zip(table.columns, columns, strict=True)), SIGN)
-        .groupBy(*(quote(c) for c in columns)).agg(F.sum(SIGN).cast("int").alias(SIGN))
-        .filter(F.col(SIGN) != 0)
-    )
+    signed = signed_rows(feed, list(table.columns)).select(
+        *(F.col(quote(c)).alias(f) for c, f in zip(table.columns, columns, strict=True)), SIGN)
+    netted = grouped_rows(signed, columns, {SIGN: F.sum(SIGN).cast("int")}).filter(F.col(SIGN) != 0)
     local = None if held is None else held_in_driver(netted, sizes().join_feed_rows)
     return local if local is not None else netted.cache()
 

@@ -25,94 +25,16 @@ from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import DIFFERENCE_WAYS, cheapest
+from airflow_backfill.engine.rounds.exact_values import all_of, same_value
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType
 
     from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
 
 log = logging.getLogger(__name__)
 
 _OLD, _NEW, _IN_OLD, _IN_NEW = "__old", "__new", "__in_old", "__in_new"
-
-
-def same_value(left: Column, right: Column, data_type: DataType) -> Column:
-    """True when `left` and `right` (both of `data_type`) hold the same value, NULL equal to
-    NULL; never NULL. Exact where Spark's `<=>` is not: a floating-point 0.0 differs from
-    -0.0, a collated string from one that differs in bytes, and nested values compare
-    element by element (a map by its entries in key order). A variant, or a type Spark
-    cannot compare, counts as differing: its row is written again."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StringType, StructType
-
-    if _plain(data_type):
-        return left.eqNullSafe(right)
-    both_null, both_set = left.isNull() & right.isNull(), left.isNotNull() & right.isNotNull()
-    if isinstance(data_type, (FloatType, DoubleType)):  # <=> already tells NaN and NULL apart from the rest
-        zero_sign = F.coalesce(left != F.lit(0.0), F.lit(True)) | (left.cast("string") == right.cast("string"))
-        return left.eqNullSafe(right) & zero_sign
-    if isinstance(data_type, StringType):  # a collation that equates other bytes: compare the bytes
-        return left.cast("binary").eqNullSafe(right.cast("binary"))
-    if isinstance(data_type, StructType):
-        fields = [same_value(left.getField(f.name), right.getField(f.name), f.dataType) for f in data_type.fields]
-        return both_null | (both_set & _all(fields))
-    if isinstance(data_type, ArrayType):
-        element = data_type.elementType
-        pairs = F.zip_with(left, right, lambda x, y: same_value(x, y, element))
-        return both_null | (both_set & (F.size(left) == F.size(right)) & F.forall(pairs, lambda same: same))
-    if isinstance(data_type, MapType):
-        entries = ArrayType(StructType().add("key", data_type.keyType).add("value", data_type.valueType))
-        return both_null | (both_set & same_value(_entries_by_key(left), _entries_by_key(right), entries))
-    return F.lit(False)
-
-
-def _plain(data_type: DataType) -> bool:
-    """Whether Spark's `<=>` compares values of `data_type` exactly."""
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        BooleanType,
-        DateType,
-        DayTimeIntervalType,
-        DecimalType,
-        IntegralType,
-        NullType,
-        StringType,
-        StructType,
-        TimestampNTZType,
-        TimestampType,
-        YearMonthIntervalType,
-    )
-
-    if isinstance(data_type, StringType):
-        return getattr(data_type, "collation", "UTF8_BINARY") == "UTF8_BINARY"
-    if isinstance(data_type, StructType):
-        return all(_plain(field.dataType) for field in data_type.fields)
-    if isinstance(data_type, ArrayType):
-        return _plain(data_type.elementType)
-    return isinstance(data_type, (BinaryType, BooleanType, DateType, DayTimeIntervalType, DecimalType, IntegralType,
-                                  NullType, TimestampNTZType, TimestampType, YearMonthIntervalType))
-
-
-def _entries_by_key(value: Column) -> Column:
-    """A map's entries as an array sorted by key (keys are unique and never NULL)."""
-    from pyspark.sql import functions as F
-
-    def order(a: Column, b: Column) -> Column:
-        return F.when(a.getField("key") < b.getField("key"), -1).when(a.getField("key") > b.getField("key"), 1) \
-            .otherwise(0)
-
-    return F.array_sort(F.map_entries(value), order)
-
-
-def _all(conditions: Sequence[Column]) -> Column:
-    from pyspark.sql import functions as F
-
-    result = F.lit(True)
-    for condition in conditions:
-        result = result & condition
-    return result
 
 
 def keyed_difference(current: DataFrame, recomputed: DataFrame, key: Sequence[str]) -> DataFrame:
@@ -131,7 +53,7 @@ def keyed_difference(current: DataFrame, recomputed: DataFrame, key: Sequence[st
     new = recomputed.withColumn(_IN_NEW, F.lit(True)).alias(_NEW)
     joined = old.join(new, on=[side(_OLD, k).eqNullSafe(side(_NEW, k)) for k in key], how="full_outer")
     in_old, in_new = side(_OLD, _IN_OLD).isNotNull(), side(_NEW, _IN_NEW).isNotNull()
-    same = _all([same_value(side(_OLD, f.name), side(_NEW, f.name), f.dataType) for f in fields])
+    same = all_of([same_value(side(_OLD, f.name), side(_NEW, f.name), f.dataType) for f in fields])
     keys = {k.lower() for k in key}
     return joined.filter(~(in_old & in_new & same)).select(
         *(F.when(in_new, side(_NEW, f.name)).otherwise(
