@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 from helpers_delta import mv_commits
-from join_reads import driver_lookups, refuse_lookups_of, spark_reads_only
+from join_reads import driver_lookups, refuse_lookups_of
 from join_upstreams import create, create_all, random_epoch, sources
 
 from airflow_backfill.engine.phases.catch_up import run_catch_up
@@ -84,20 +84,20 @@ def prefer_ways(monkeypatch, ways: tuple[str, ...]) -> None:
 # Rounds of the tiny test tables take the cheapest way, an overwrite of the whole MV, whatever
 # the shape; the LEFT chain covers it here, the inner shapes in tests/test_join_leave_arrive.py
 # (the others run in MERGE and in the narrowest ways below). The driver reads the feeds and
-# looks the other tables' rows up; `spark` reads them all through Spark; `mixed` leaves one
-# table to Spark, so walks switch from the driver's rows to Spark's midway.
-@pytest.mark.parametrize("reads", ["driver", "spark", "mixed"])
+# looks the other tables' rows up; `mixed` leaves one table to Spark, so walks switch from
+# the driver's rows to Spark's midway. Joins read wholly through Spark run in the
+# differential harness (tests/test_differential.py, every driver path off under UTC) and
+# in tests/test_join_leave_arrive.py.
+@pytest.mark.parametrize("reads", ["driver", "mixed"])
 @pytest.mark.parametrize("shape", ["left_chain_of_four"])
 def test_join_mv_matches_at_every_commit(spark, tmp_path, monkeypatch, shape, reads):
     refused = QUERIES[shape][1][2]
-    if reads == "spark":
-        spark_reads_only(monkeypatch)
-    elif reads == "mixed":
+    if reads == "mixed":
         refuse_lookups_of(monkeypatch, refused)
     looked_up = driver_lookups(monkeypatch)
     plans = run_scenario(spark, tmp_path, shape)
     assert any("overwrite" in json.dumps(plan) for plan in plans), plans
-    assert bool(looked_up) == (reads != "spark"), looked_up
+    assert looked_up, looked_up
     assert (refused in looked_up) == (reads == "driver"), looked_up
 
 

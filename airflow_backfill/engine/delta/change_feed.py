@@ -167,11 +167,15 @@ def logged_change_rows(source: str, version: int) -> int | None:
 
 def change_file_rows(source: str, version: int) -> tuple[int, int] | None:
     """(rows, files) of one version's change files, the rows from their Parquet footers (no
-    row read); None when the version wrote none."""
+    row read); None when the version wrote none, or some are gone (the feed's reader then
+    says the upstream was vacuumed)."""
     paths = [action["cdc"]["path"] for action in commit_actions(source, version) if "cdc" in action]
     if not paths:
         return None
-    return sum(files.parquet_metadata(join(source, unquote(path))).num_rows for path in paths), len(paths)
+    try:
+        return sum(files.parquet_metadata(join(source, unquote(path))).num_rows for path in paths), len(paths)
+    except FileNotFoundError:
+        return None
 
 
 def _marked(entry: dict[str, Any]) -> int:
