@@ -24,7 +24,8 @@ the catch-up with the JIT compiler the catch-up operator would choose):
   give what comparing the MV's rows costs (`Rates.per_compared_row`).
 
 Prints the run's JSON and writes it into bench/results/, named by date and commit
-(`bench/run_record.py`); docs/benchmarks.md ("MV-on-MV chains") says what the figures mean.
+(`bench/run_record.py`); docs/round-plans.md ("The MV's readers", "A fresh process and its
+first rounds") says what the figures mean and holds the `cold` ones.
 """
 
 from __future__ import annotations
