@@ -165,3 +165,12 @@ def test_a_missing_folder_is_an_import_error_naming_it(tmp_path):
     assert bag.dags == {}
     (error,) = bag.import_errors.values()
     assert f"job folder {os.path.realpath(tmp_path / 'jobs')} does not exist" in error
+
+
+@pytest.mark.parametrize(("field", "value"), [("workers", 0), ("workers", "2"), ("poll_interval", -1),
+                                              ("stop_timeout", True)])
+def test_the_shared_forward_refuses_bad_settings_where_they_enter(tmp_path, field, value):
+    from airflow_backfill.exceptions import BackfillConfigError
+
+    with pytest.raises(BackfillConfigError, match=field):
+        SharedForwardOperator(task_id="forward", folder=str(tmp_path), **{field: value})
