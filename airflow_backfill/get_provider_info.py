@@ -32,6 +32,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_backfill.operators.phases",
                     "airflow_backfill.operators.pin_epoch",
                     "airflow_backfill.operators.kafka",
+                    "airflow_backfill.operators.shared_forward",
                 ],
             }
         ],
@@ -44,7 +45,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "triggers": [
             {"integration-name": "Airflow Backfill",
-             "python-modules": ["airflow_backfill.triggers.lag", "airflow_backfill.triggers.consistent"]}
+             "python-modules": ["airflow_backfill.triggers.lag", "airflow_backfill.triggers.consistent",
+                                "airflow_backfill.triggers.kafka"]}
         ],
         "hooks": [
             {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.hooks.delta"]}

@@ -244,3 +244,31 @@ def test_summaries_and_pipeline_views_read_only_the_delta_logs(tmp_path):
     summary = job_summary(KnownJob(job, ("delta",)), can_edit=True)
     assert summary["summary"] is True and summary["kind"] == "delta"
     assert summary["error"] or set(summary["status"]) == {*SUMMARY_STATUS_FIELDS, "paused"}
+
+
+def test_the_provider_info_lists_every_module_with_a_public_operator_sensor_trigger_or_hook():
+    """Airflow's provider listing and docs read these lists: a new module left out of them
+    is missing from `airflow providers` output."""
+    import inspect
+    import pkgutil
+
+    from airflow.sdk import BaseHook, BaseOperator
+    from airflow.triggers.base import BaseTrigger
+
+    import airflow_backfill
+
+    info = get_provider_info()
+    kinds = {"operators": BaseOperator, "sensors": BaseOperator, "triggers": BaseTrigger, "hooks": BaseHook}
+    for kind, base in kinds.items():
+        listed = {module for entry in info[kind] for module in entry["python-modules"]}
+        package = importlib.import_module(f"airflow_backfill.{kind}")
+        classes = set()
+        for found in pkgutil.iter_modules(package.__path__, f"{airflow_backfill.__name__}.{kind}."):
+            module = importlib.import_module(found.name)
+            classes |= {value for name, value in vars(module).items() if inspect.isclass(value)
+                        and issubclass(value, base) and value.__module__ == module.__name__
+                        and not name.startswith("_") and not inspect.isabstract(value)}
+        usable = {cls for cls in classes if not any(other is not cls and issubclass(other, cls) for other in classes)}
+        assert usable, kind  # the test sees the package's classes
+        defining = {cls.__module__ for cls in usable}
+        assert defining <= listed, (kind, sorted(defining - listed))
