@@ -28,10 +28,16 @@ TEST_SPARK_SETTINGS = {
 }
 
 
+# The settings a phase runs with (jars/conf, or the folder the environment names), kept
+# for the tests that run the engine as deployed (the differential harness under Kolkata);
+# test processes started by this one inherit it.
+os.environ.setdefault("INSTALLED_SPARK_CONF_DIR", os.environ.get("SPARK_CONF_DIR", str(ROOT / "jars" / "conf")))
+
+
 def _test_spark_conf_dir() -> str:
-    """Delta's launch settings (jars/conf, or the folder the environment names) plus the
-    test-only settings above, for the test session and every spark-submit a test starts."""
-    installed = Path(os.environ.get("SPARK_CONF_DIR", ROOT / "jars" / "conf")) / "spark-defaults.conf"
+    """Delta's launch settings plus the test-only settings above, for the test session and
+    every spark-submit a test starts."""
+    installed = Path(os.environ["INSTALLED_SPARK_CONF_DIR"]) / "spark-defaults.conf"
     folder = Path(tempfile.mkdtemp(prefix="airflow_backfill-spark-conf-"))
     lines = [installed.read_text().rstrip("\n")] if installed.exists() else []
     lines += [f"{key} {value}" for key, value in TEST_SPARK_SETTINGS.items()]

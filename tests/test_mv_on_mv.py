@@ -22,6 +22,8 @@ from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.spark
 
+# An MV over an aggregate keyed by its NULL-able group runs in the differential harness
+# (its `over_grouped` MV, over every column type).
 CHAINS = {
     "stateless_then_aggregate": (
         "SELECT id, g, h, x * 2 AS x2, s FROM source WHERE h IS NOT NULL OR x > 0", ["id"], ["id"],
@@ -31,10 +33,6 @@ CHAINS = {
         "SELECT g, h, COUNT(*) AS n, SUM(x) AS sx, MIN(s) AS ms FROM source GROUP BY g, h", ["id"], ["g", "h"],
         "SELECT h, COUNT(*) AS groups, SUM(n) AS total, MAX(sx) AS top, COUNT(DISTINCT ms) AS dms "
         "FROM source GROUP BY h HAVING SUM(n) > 1", ["h"],
-    ),
-    "aggregate_then_stateless": (  # MV2 is keyed by MV1's GROUP BY keys, one of them often NULL
-        "SELECT g, h, COUNT(*) AS n, SUM(d) AS sd FROM source GROUP BY g, h", ["id"], ["g", "h"],
-        "SELECT g, h, n * 10 AS n10, sd FROM source WHERE n > 1 OR h IS NULL", ["g", "h"],
     ),
 }
 
