@@ -74,7 +74,9 @@ def test_every_mv_version_equals_sparks_recompute(spark, tmp_path, zone):
     for run in manifest["runs"]:
         if len(run["mvs"]) == 6:  # every kind of MV: every write way taken
             assert WAYS <= {way for _, way in run["ways"]}, (run["policy"], run["ways"])
-        assert {("recompute", "difference"), ("recompute", "overwrite")} <= {tuple(w) for w in run["ways"]}, run
+        recomputes = {way for kind, way in run["ways"] if kind == "recompute"}
+        # One recompute round per MV, alternating: a run of one MV writes its difference.
+        assert recomputes == ({"difference", "overwrite"} if len(run["mvs"]) > 1 else {"difference"}), run
     problems, checked = check_manifest(spark, manifest)
     assert not problems, f"under TZ={zone}, {len(problems)} differences:\n" + "\n".join(problems)
     mvs = sum(len(run["mvs"]) for run in manifest["runs"])
