@@ -40,6 +40,20 @@ def _positive_int(name: str, value: Any, upper: int) -> int:
     return value
 
 
+def validate_whole_number(name: str, value: Any, upper: int) -> int:
+    """A whole number from 1 to `upper` (a setting a person types: the job's, an operator's)."""
+    return _positive_int(name, value, upper)
+
+
+def validate_seconds(name: str, value: Any) -> float:
+    """A duration in (0, 3600] seconds, for the job's and the operators' polling settings."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BackfillConfigError(f"{name} must be a number of seconds, got {value!r}.")
+    if not 0 < value <= 3600:
+        raise BackfillConfigError(f"{name} must be in (0, 3600] seconds, got {value}.")
+    return value
+
+
 def validate_parallelism(name: str, value: Any) -> int:
     """Validate a (backfill) parallelism; shared by the job, --conf overrides and the CLI."""
     return _positive_int(name, value, MAX_PARALLELISM)
@@ -247,10 +261,7 @@ class BackfillJob:
         validate_parallelism("parallelism", self.parallelism)
         validate_lag_threshold(self.lag_threshold)
         validate_rate_limit(self.rate_limit)
-        if isinstance(self.poll_interval, bool) or not isinstance(self.poll_interval, int | float):
-            raise BackfillConfigError(f"poll_interval must be a number of seconds, got {self.poll_interval!r}.")
-        if not 0 < self.poll_interval <= 3600:
-            raise BackfillConfigError(f"poll_interval must be in (0, 3600] seconds, got {self.poll_interval}.")
+        validate_seconds("poll_interval", self.poll_interval)
         _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
         validate_max_stalled_rounds(self.max_stalled_rounds)
         validate_optional_cap("max_round_epochs", self.max_round_epochs)

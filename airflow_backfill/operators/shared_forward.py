@@ -13,9 +13,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
-from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.hooks.spark_connection import spark_master
-from airflow_backfill.job import validate_parallelism
+from airflow_backfill.job import validate_parallelism, validate_seconds, validate_whole_number
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import DEFAULT_STOP_TIMEOUT, entry_point
 
@@ -54,11 +53,9 @@ class SharedForwardOperator(SparkSubmitOperator):
         super().__init__(application=entry_point("shared_forward"), conn_id=conn_id, **kwargs)
         self.folder = folder
         self.parallelism = validate_parallelism("parallelism", parallelism)
-        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
-            raise BackfillConfigError(f"workers must be a whole number from 1 to 64, got {workers!r}.")
-        for name, seconds in (("poll_interval", poll_interval), ("stop_timeout", stop_timeout)):
-            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds <= 3600:
-                raise BackfillConfigError(f"{name} must be a number of seconds in (0, 3600], got {seconds!r}.")
+        validate_whole_number("workers", workers, 64)
+        validate_seconds("poll_interval", poll_interval)
+        validate_seconds("stop_timeout", stop_timeout)
         self.workers = workers
         self.poll_interval = poll_interval
         self.status_file = status_file
