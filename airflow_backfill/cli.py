@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
 from airflow_backfill.kafka.cli import add_kafka_demo, add_kafka_status
+from airflow_backfill.stop_signals import request_stop_on
 
 if TYPE_CHECKING:
     from airflow_backfill.engine.control import BackfillSettings
@@ -99,11 +100,10 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
         yield
         return
 
-    def request_stop(signum: int, _frame: Any) -> None:
+    def announce(signum: int) -> None:
         log.info("%s received: stopping after the current commit", signal.Signals(signum).name)
-        stop.set()
 
-    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    previous = request_stop_on(stop, on_request=announce)
     try:
         yield
     finally:

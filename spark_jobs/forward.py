@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import threading
 from dataclasses import dataclass
 
 from airflow_backfill.spark_jobs.common import job_arguments, log, resolve_job, resolve_parallelism, run_phase
+from airflow_backfill.stop_signals import request_stop_on
 
 
 @dataclass(frozen=True)
@@ -70,14 +70,12 @@ def abandon_after(grace: float) -> threading.Timer:
 def install_stop_handlers(stop: threading.Event, grace: float | None = None) -> None:
     """SIGTERM/SIGINT request a stop that takes effect between commits (within `grace` s)."""
 
-    def request_stop(signum: int, _frame: object) -> None:
+    def announce(signum: int) -> None:
         log.info("forward: received signal %s, stopping after the current commit", signum)
         if grace is not None and not stop.is_set():
             abandon_after(grace).start()
-        stop.set()
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    request_stop_on(stop, on_request=announce)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from airflow_backfill.spark_jobs.common import log, run_phase
 from airflow_backfill.spark_jobs.kafka_common import pipeline_arguments, resolve_pipeline
+from airflow_backfill.stop_signals import request_stop_on
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> SourceArgs:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    request_stop_on(stop, [signal.SIGTERM])
 
     def body() -> int:
         from airflow_backfill.engine.spark_session import build_spark_session

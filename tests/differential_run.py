@@ -42,6 +42,7 @@ WAYS = ("append", "delete", "replace", "overwrite", "merge")
 whose keys are all new, a delete for changes without new rows)."""
 RECOMPUTE_WAYS = ("difference", "overwrite")
 INITIAL_ROWS = 40
+SEED = 59
 
 
 def mv_specs(root: str, tables: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -245,29 +246,37 @@ def run_policy(spark: Any, root: str, policy: str, seed: int, names: list[str] |
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_policies(spark: Any, work: str, policies: list[str], seed: int, names: list[str] | None = None) -> dict:
+    """Every size policy named, one after the other in `spark`: the manifest, also written
+    to `work/manifest.json`."""
     from airflow_backfill.engine.sizes import PRESETS, SIZES_VARIABLE, overridden
+
+    os.environ.pop(SIZES_VARIABLE, None)
+    runs = []
+    for policy in policies:
+        with overridden(**dataclasses.asdict(PRESETS[policy])):
+            runs.append(run_policy(spark, f"{work}/{policy}", policy, seed, names))
+    manifest = {"runs": runs}
+    Path(work, "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
     from airflow_backfill.engine.spark_session import build_spark_session
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("work")
     parser.add_argument("--sizes", default="default,spark")
-    parser.add_argument("--seed", type=int, default=59)
+    parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--mvs", help="only these MVs (comma-separated names), to look into one")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    os.environ.pop(SIZES_VARIABLE, None)
     spark = build_spark_session("differential", 2)
-    runs = []
     try:
-        for policy in args.sizes.split(","):
-            with overridden(**dataclasses.asdict(PRESETS[policy])):
-                runs.append(run_policy(spark, f"{args.work}/{policy}", policy, args.seed,
-                                       args.mvs.split(",") if args.mvs else None))
+        run_policies(spark, args.work, args.sizes.split(","), args.seed, args.mvs.split(",") if args.mvs else None)
     finally:
         spark.stop()
-    Path(args.work, "manifest.json").write_text(json.dumps({"runs": runs}, indent=1))
     return 0
 
 

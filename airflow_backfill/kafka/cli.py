@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import threading
 from typing import Any
+
+from airflow_backfill.stop_signals import request_stop_on
 
 
 def add_kafka_status(subparsers: Any) -> None:
@@ -96,8 +97,7 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     quiet_kafka_client()
     KafkaTopic("127.0.0.1:1", args.topic, VALUE_SCHEMA)  # the topic name is refused here if Kafka would
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    request_stop_on(stop)
     run_demo(DemoSettings(workdir=os.path.abspath(args.workdir), port=args.port, topic=args.topic,
                           partitions=args.partitions, rate=args.rate, duration=args.duration), stop)
     return 0

@@ -34,10 +34,13 @@ def start_simulator(table: str, seed: int) -> subprocess.Popen:
         "--rows", "2000", "--epoch-interval", "2", "--inserts", "20", "--updates", "30",
         "--deletes", "10", "--seed", str(seed),
     ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = Path(table).parent / f"simulator-{seed}.log"  # a file: a pipe nobody reads fills and blocks it
+    Path(table).parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
     deadline = time.monotonic() + 60
     while not (Path(table) / "_delta_log").is_dir():
-        assert process.poll() is None, process.stderr.read() if process.stderr else "simulator died"
+        assert process.poll() is None, log.read_text()[-3000:]
         assert time.monotonic() < deadline, "simulator did not create the upstream"
         time.sleep(0.2)
     return process
