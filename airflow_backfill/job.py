@@ -27,7 +27,8 @@ enough to catch a typo such as an extra zero."""
 _NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 
 
-def _positive_int(name: str, value: Any, upper: int) -> int:
+def validate_whole_number(name: str, value: Any, upper: int) -> int:
+    """A whole number from 1 to `upper` (a setting a person types: the job's, an operator's)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise BackfillConfigError(
             f"{name} must be an integer between 1 and {upper}, got {value!r}; "
@@ -38,11 +39,6 @@ def _positive_int(name: str, value: Any, upper: int) -> int:
             f"{name} must be between 1 and {upper}, got {value}; pick a value in that range."
         )
     return value
-
-
-def validate_whole_number(name: str, value: Any, upper: int) -> int:
-    """A whole number from 1 to `upper` (a setting a person types: the job's, an operator's)."""
-    return _positive_int(name, value, upper)
 
 
 def validate_seconds(name: str, value: Any) -> float:
@@ -56,14 +52,14 @@ def validate_seconds(name: str, value: Any) -> float:
 
 def validate_parallelism(name: str, value: Any) -> int:
     """Validate a (backfill) parallelism; shared by the job, --conf overrides and the CLI."""
-    return _positive_int(name, value, MAX_PARALLELISM)
+    return validate_whole_number(name, value, MAX_PARALLELISM)
 
 
 def validate_rate_limit(value: Any) -> int | None:
     """Validate a rows-per-second cap; None means unlimited."""
     if value is None:
         return None
-    return _positive_int("rate_limit", value, 10**12)
+    return validate_whole_number("rate_limit", value, 10**12)
 
 
 def validate_optional_cap(name: str, value: Any) -> int | None:
@@ -71,7 +67,7 @@ def validate_optional_cap(name: str, value: Any) -> int | None:
     file maintenance writes; None means no cap (or the default)."""
     if value is None:
         return None
-    return _positive_int(name, value, 10**15)
+    return validate_whole_number(name, value, 10**15)
 
 
 ROUND_PLANS = ("auto", "incremental", "recompute", "merge")
@@ -94,7 +90,7 @@ MAX_STALLED_ROUNDS_LIMIT = 1000
 
 def validate_max_stalled_rounds(value: Any) -> int:
     """Validate the rounds without a new lowest lag after which catch-up hands over to forward."""
-    return _positive_int("max_stalled_rounds", value, MAX_STALLED_ROUNDS_LIMIT)
+    return validate_whole_number("max_stalled_rounds", value, MAX_STALLED_ROUNDS_LIMIT)
 
 
 def validate_lag_threshold(value: Any) -> int:
@@ -262,7 +258,7 @@ class BackfillJob:
         validate_lag_threshold(self.lag_threshold)
         validate_rate_limit(self.rate_limit)
         validate_seconds("poll_interval", self.poll_interval)
-        _positive_int("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
+        validate_whole_number("max_catch_up_rounds", self.max_catch_up_rounds, 1_000_000)
         validate_max_stalled_rounds(self.max_stalled_rounds)
         validate_optional_cap("max_round_epochs", self.max_round_epochs)
         validate_optional_cap("max_round_bytes", self.max_round_bytes)
