@@ -31,14 +31,12 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 from differential_run import SEED, run_policies
+from process_zone import python_in_zone
 from spark_oracle import check_manifest
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
@@ -84,22 +82,6 @@ def committed_ways(target: str) -> set[str]:
         plan = json.loads(json.loads(entry.get("userMetadata") or "{}").get("airflow_backfill.plan", "{}"))
         ways |= set((plan.get("writes") or {}).values()) | ({plan.get("plan")} & WAYS)
     return ways
-
-
-@contextmanager
-def python_in_zone(zone: str) -> Iterator[None]:
-    """This process's local time (Python's; the JVM's is the engine's) in `zone` for a while."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = zone
-    time.tzset()
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("TZ")
-        else:
-            os.environ["TZ"] = before
-        time.tzset()
 
 
 def run_here(spark, work: Path, zone: str, sizes: str, mvs: str) -> dict:

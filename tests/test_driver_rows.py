@@ -181,11 +181,11 @@ def test_held_rows_beyond_the_local_threshold_reach_spark_as_a_scan(spark):
         spark.conf.unset("spark.sql.execution.arrow.localRelationThreshold")
 
 
-def test_local_rows_reach_arrow_without_a_job_as_instants_whatever_the_process_time_zone(spark, monkeypatch):
+def test_local_rows_reach_arrow_without_a_job_as_instants_whatever_the_process_time_zone(spark):
     """Spark's own converter turns a local relation's rows into Arrow in the JVM: timestamps
     stay the instants they are, nested ones too, under a process time zone that is not UTC
     (collected as Python objects they became local wall times read as UTC)."""
-    import time
+    from process_zone import python_in_zone
 
     computed = _computed(spark)
     source = local_relation(spark, computed.toArrow(), computed.schema)
@@ -193,15 +193,9 @@ def test_local_rows_reach_arrow_without_a_job_as_instants_whatever_the_process_t
     projected = source.selectExpr("k", "d * 2 AS d2", "at", "struct(at, day) AS nested", "array(at) AS stamps",
                                   f"{PRESENT}")
     expected = projected.toArrow()  # a Spark job: the reference
-    monkeypatch.setenv("TZ", "America/New_York")
-    time.tzset()
-    try:
-        with jobs_started(spark) as jobs:
-            held = local_arrow(projected)
-            assert jobs() == 0
-    finally:
-        monkeypatch.undo()
-        time.tzset()
+    with python_in_zone("America/New_York"), jobs_started(spark) as jobs:
+        held = local_arrow(projected)
+        assert jobs() == 0
     assert held is not None
     assert held.schema == expected.schema and held.to_pylist() == expected.to_pylist()
     assert held.column("at").type.tz == "UTC"
