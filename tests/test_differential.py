@@ -5,18 +5,19 @@ The engine builds and maintains MVs over upstreams of every column type
 locale and a non-UTC `spark.sql.session.timeZone` in its Spark settings):
 
 - New York (daylight saving, and local mean time before 1883: where local-time mistakes
-  show first), a process of its own: the stateless MV of every column, the aggregate,
-  the MV over the aggregate and the grouped join, with the default size thresholds (small
-  rounds in the driver); every write way taken;
-- Kolkata (a half-hour offset), a process of its own with the Spark settings a phase runs
-  with (the tests' shared session and the New York process turn Spark's code generation
-  off to save time): the stateless MV with a WHERE and zone-dependent expressions and the
-  LEFT join;
-- UTC, in this test process (its Python moved to UTC; the engine keeps every JVM in UTC
-  wherever it runs): the aggregate (its netting and folding in Spark, over every type) with
-  every driver path off (`sizes.SPARK_EVERYWHERE`), so the fast paths also run on the other
-  side of their thresholds; joins read wholly through Spark run in
-  tests/test_join_leave_arrive.py.
+  show first), in this test process with its Python moved to New York (where the driver
+  paths turn rows into values; the engine keeps every JVM in UTC wherever it runs): the
+  stateless MV of every column, the aggregate, the MV over the aggregate and the grouped
+  join, with the default size thresholds (small rounds in the driver); every write way
+  taken;
+- Kolkata (a half-hour offset), a process of its own started under that zone, with
+  another JVM locale and the Spark settings a phase runs with (the tests' shared session
+  turns Spark's code generation off to save time): the stateless MV with a WHERE and
+  zone-dependent expressions and the LEFT join;
+- UTC, in this test process (its Python moved to UTC): the aggregate (its netting and
+  folding in Spark, over every type) with every driver path off
+  (`sizes.SPARK_EVERYWHERE`), so the fast paths also run on the other side of their
+  thresholds; joins read wholly through Spark run in tests/test_join_leave_arrive.py.
 
 The suite's time bounds the matrix, not the harness: `python tests/differential_run.py
 WORK --sizes default,spark` runs all six MVs under both policies. Each incremental round
@@ -43,7 +44,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
 RUNNER = Path(__file__).resolve().parent / "differential_run.py"
 ZONES = {
-    "America/New_York": {"sizes": "default", "mvs": "everything,grouped,over_grouped,joined_grouped"},
+    "America/New_York": {"sizes": "default", "mvs": "everything,grouped,over_grouped,joined_grouped", "here": True},
     "UTC": {"sizes": "spark", "mvs": "grouped", "here": True},
     "Asia/Kolkata": {"sizes": "default", "mvs": "computed,joined",
                      "locale": ("de", "DE"), "session_zone": "Asia/Kolkata"},

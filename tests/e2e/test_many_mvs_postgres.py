@@ -55,7 +55,7 @@ def write_folder(root: Path, status_file: Path) -> None:
     for name, (source, query) in JOBS.items():
         (root / "jobs" / f"{name}.yaml").write_text(yaml.safe_dump({
             "name": name, "source": f"lake/{source}", "target": f"lake/{name}", "query": query,
-            "primary_key": ["order_id"], "backfill_parallelism": 1, "parallelism": 1, "lag_threshold": 1,
+            "primary_key": ["order_id"], "backfill_parallelism": 1, "parallelism": 1, "lag_threshold": 2,
             "poll_interval": 0.5,
         }))
     (root / "jobs" / "broken.yaml").write_text("name: broken\nsource: lake/orders\ntarget: lake/broken\n"
@@ -86,7 +86,9 @@ def test_a_folder_of_jobs_on_postgres_keeps_every_mv_fresh(tmp_path, postgres):
     }
     migrated = run_airflow("db", "migrate", env=env, timeout=600)
     assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
-    simulator = start_simulator(str(root / "jobs" / "lake" / "orders"), seed=62)
+    # An upstream commit every 4 s: three MVs' backfills and the shared forward share two
+    # cores with the other test process, and each commit is work for every MV.
+    simulator = start_simulator(str(root / "jobs" / "lake" / "orders"), seed=62, epoch_interval=4)
     components = {
         "api-server": ["api-server", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1], "--workers", "1"],
         "scheduler": ["scheduler", "--skip-serve-logs"],

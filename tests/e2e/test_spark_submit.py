@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 QUERY = "SELECT order_id, status, amount * quantity AS total FROM source WHERE quantity >= 2"
 
 
-def start_simulator(table: str, seed: int) -> subprocess.Popen:
+def start_simulator(table: str, seed: int, epoch_interval: float = 2) -> subprocess.Popen:
     command = [
         str(Path(sys.executable).with_name("airflow-backfill")), "simulate", "--table", table,
-        "--rows", "2000", "--epoch-interval", "2", "--inserts", "20", "--updates", "30",
+        "--rows", "2000", "--epoch-interval", str(epoch_interval), "--inserts", "20", "--updates", "30",
         "--deletes", "10", "--seed", str(seed),
     ]
     log = Path(table).parent / f"simulator-{seed}.log"  # a file: a pipe nobody reads fills and blocks it
