@@ -7,7 +7,10 @@ TABLE ... APPLY (PURGE)` rewrites files whose vectors mark many rows; VACUUM del
 unreferenced files older than the table's retention (never less: Delta refuses a
 shorter retention, which keeps time travel to epochs a downstream job may still read).
 None of these commits changes data (`dataChange = false`): the watermark, the MV's rows
-and its change feed stay as they are. Runs under the MV's writer lock, between phases.
+and its change feed stay as they are. Runs under the MV's writer lock, between phases; on
+S3 each command first asks the store whether this run still holds the MV's writer lease
+(Delta's commands write and commit in one call, so that is the last point before each
+commit, as for the rounds' MERGE).
 
 OPTIMIZE writes files of up to 1 GiB by default, so an MV smaller than that becomes one
 file and a round's key bounds (`delta.key_range`) have nothing left to skip; a smaller
@@ -29,6 +32,7 @@ from airflow_backfill.engine.joins.rounds import join_plan
 from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.job import validate_optional_cap
+from airflow_backfill.storage.lease import confirm_held
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,13 +74,16 @@ def maintain_mv(
             before += _file_count(spark, uri)
             table = DeltaTable.forPath(spark, uri)
             keys = list(plan.mv_key) if uri == job.target else [c for c in table.toDF().columns if c.startswith("__g")]
+            confirm_held(uri)
             if cluster:
                 table.optimize().executeZOrderBy(*keys)
             else:
                 table.optimize().executeCompaction()
             if purge:
+                confirm_held(uri)
                 spark.sql(f"REORG TABLE delta.`{uri}` APPLY (PURGE)")
             if vacuum:
+                confirm_held(uri)
                 table.vacuum()  # the table's own retention (delta.deletedFileRetentionDuration)
             after += _file_count(spark, uri)
             log.info("maintained %s", uri)
