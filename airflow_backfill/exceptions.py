@@ -39,10 +39,11 @@ class TargetError(BackfillError):
     """The target MV table is in a state this job cannot continue from."""
 
 
-class ServiceError(BackfillError):
+class ServiceError(BackfillError, OSError):
     """A store or a broker could not serve this process: its address, the network, or the
     process's credentials or permissions. Nothing is known to be wrong with the tables or
-    the topic themselves."""
+    the topic themselves. An `OSError` as the failure it names was, so that a caller whose
+    write is best effort (a heartbeat, a reader's registration) still catches it."""
 
 
 class UnreachableError(ServiceError):

@@ -102,6 +102,12 @@ def test_a_store_nothing_answers_on_is_named_as_such(s3, s3_table):
             read()
         assert "vacuumed" not in str(raised.value) and raised.value.__cause__ is not None
         assert s3.secret_access_key not in str(raised.value) + str(raised.value.__cause__)
+    # the engine's own files beside the table (state, progress, heartbeats), read and written
+    state = f"{s3_table}/_airflow_backfill/state.json"
+    for action, use in (("read", lambda: files.read_text(state)), ("list", lambda: files.list_names(s3_table)),
+                        ("write", lambda: files.write_text(state, "{}"))):
+        with pytest.raises(UnreachableError, match=rf"cannot reach http://127\.0\.0\.1:{port} to {action} {s3_table}"):
+            use()
 
 
 @pytest.fixture
@@ -136,6 +142,9 @@ def test_credentials_the_store_refuses_are_named_as_such(s3_table, s3_checking_k
         check_upstream(s3_table, 1)
     assert "vacuumed" not in str(raised.value)
     assert s3.secret_access_key not in str(raised.value) + str(raised.value.__cause__)
+    with pytest.raises(AccessDeniedError, match=f"to write {s3_table}/_airflow_backfill/state.json") as raised:
+        files.write_text(f"{s3_table}/_airflow_backfill/state.json", "{}")
+    assert isinstance(raised.value, OSError)  # a best-effort write (a heartbeat) still catches it
 
 
 def test_kafka_brokers_nothing_answers_on_are_named_as_such():
@@ -256,6 +265,33 @@ def test_a_lease_taken_over_between_write_and_commit_commits_nothing(spark, s3_t
                           null_safe=False)
     assert DeltaTable(target).version() == committed
     assert DeltaTable(target).transaction_version(APP_ID) == 0
+
+
+@pytest.mark.spark
+def test_maintenance_stops_before_its_commands_once_the_lease_is_taken_over(spark, s3_tables, monkeypatch):
+    """OPTIMIZE, REORG and VACUUM write and commit in one call of Delta's: the lease is asked
+    of the store right before each, as for a round's MERGE."""
+    from airflow_backfill.engine import maintenance
+    from airflow_backfill.engine.phases.snapshot import run_snapshot
+    from airflow_backfill.job import BackfillJob
+    from airflow_backfill.simulator import create_orders_table
+
+    create_orders_table(s3_tables["source"], rows=50, seed=31)
+    job = BackfillJob(name="orders_mv", query="SELECT order_id, amount FROM source", primary_key=["order_id"],
+                      **s3_tables)
+    run_snapshot(spark, job, chunk_bytes=1)  # several files: OPTIMIZE would have work to commit
+    committed = DeltaTable(job.target).version()
+    counted = maintenance._file_count
+
+    def counted_then_taken_over(session, uri: str) -> int:  # another run takes the lease meanwhile
+        files.write_text(job.target + "/_airflow_backfill/writer.lease", json.dumps(
+            {"phase": "catch_up", "pid": 2, "host": "other", "expires_at": time.time() + 60}))
+        return counted(session, uri)
+
+    monkeypatch.setattr(maintenance, "_file_count", counted_then_taken_over)
+    with pytest.raises(TargetError, match="no longer holds the writer lease of .*: another run took it over"):
+        maintenance.maintain_mv(spark, job)
+    assert DeltaTable(job.target).version() == committed
 
 
 def without_read_rights(command: list[str]) -> list[str]:

@@ -107,14 +107,20 @@ def named_failure(error: BaseException, uri: str, action: str = "read") -> Servi
 
 def names_failures(action: str = "read") -> Callable[[Callable[Concatenate[str, P], R]], Callable[Concatenate[str, P], R]]:
     """Decorate a function whose first argument is a table's URI: a failure that
-    `named_failure` recognises is raised as its named error, chained to the original."""
+    `named_failure` recognises is raised as its named error, chained to the original. A
+    failure an inner call already named (one file of the table) is named again by this
+    call's URI and action: the outermost call says what the person asked for."""
     def decorate(function: Callable[Concatenate[str, P], R]) -> Callable[Concatenate[str, P], R]:
         @functools.wraps(function)
         def named(uri: str, /, *args: P.args, **kwargs: P.kwargs) -> R:
             try:
                 return function(uri, *args, **kwargs)
-            except ServiceError:
-                raise
+            except ServiceError as error:
+                cause = error.__cause__
+                renamed = named_failure(cause, uri, action) if cause is not None else None
+                if renamed is None:
+                    raise
+                raise renamed from cause
             except Exception as error:
                 failure = named_failure(error, uri, action)
                 if failure is None:

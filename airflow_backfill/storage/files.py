@@ -1,7 +1,10 @@
 """Small-file operations on local paths and S3 alike (Delta log listings, state files).
 
 Local files keep their atomic write-then-rename; on S3 a PUT is atomic by itself (a
-reader sees the old object or the new one, never a part).
+reader sees the old object or the new one, never a part). A failure of the store (nothing
+answers, credentials refused) or a local path this process may not use is raised as the
+error that names it (`storage/failures.py`), still an `OSError` for callers whose write is
+best effort.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import tempfile
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from airflow_backfill.storage.failures import names_failures
 from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import is_object_store
 
@@ -47,6 +51,7 @@ def _remote(uri: str) -> tuple[FileSystem, str]:
     return _s3_filesystem(settings), uri.split("://", 1)[1]
 
 
+@names_failures("list")
 def list_names(directory: str) -> list[str]:
     """Names of the files directly in `directory` ([] when it does not exist)."""
     if not is_object_store(directory):
@@ -61,6 +66,7 @@ def list_names(directory: str) -> list[str]:
     return [info.base_name for info in infos]
 
 
+@names_failures("read")
 def exists(uri: str) -> bool:
     if not is_object_store(uri):
         return os.path.exists(uri)
@@ -70,10 +76,11 @@ def exists(uri: str) -> bool:
     return filesystem.get_file_info(path).type != FileType.NotFound
 
 
+@names_failures("read")
 def is_directory(uri: str) -> bool:
     """A local directory, or an S3 prefix with at least one object under it (one short
     listing, whatever the number of objects). A local path this process may not look at
-    raises PermissionError (`os.path.isdir` would call it absent)."""
+    raises AccessDeniedError (`os.path.isdir` would call it absent)."""
     if not is_object_store(uri):
         try:
             return stat.S_ISDIR(os.stat(uri).st_mode)
@@ -85,6 +92,7 @@ def is_directory(uri: str) -> bool:
     return bool(filesystem.get_file_info(path.rstrip("/")).type == FileType.Directory)
 
 
+@names_failures("read")
 def identity(uri: str) -> tuple[int, ...] | None:
     """What tells a file apart from another one written later at the same path."""
     if not is_object_store(uri):
@@ -102,6 +110,7 @@ def identity(uri: str) -> tuple[int, ...] | None:
     return (info.size or 0, info.mtime_ns or 0)
 
 
+@names_failures("read")
 def size(uri: str) -> int:
     if not is_object_store(uri):
         return os.path.getsize(uri.removeprefix("file://"))
@@ -109,6 +118,7 @@ def size(uri: str) -> int:
     return int(filesystem.get_file_info(path).size or 0)
 
 
+@names_failures("read")
 def read_parquet_columns(uri: str, columns: list[str]) -> pa.Table:
     """`columns` of one Parquet data file, read on the driver (a few small files' keys)."""
     import pyarrow.parquet as pq
@@ -128,6 +138,7 @@ def parquet_batches(uri: str, columns: list[str], batch_rows: int, *,
         yield from parquet.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
 
 
+@names_failures("read")
 def parquet_file(uri: str, **options: Any) -> pq.ParquetFile:
     """One Parquet file opened for reading its row groups or batches (`options`: those of
     `pyarrow.parquet.ParquetFile`); use it as a context manager."""
@@ -139,6 +150,7 @@ def parquet_file(uri: str, **options: Any) -> pq.ParquetFile:
     return pq.ParquetFile(filesystem.open_input_file(path), **options)
 
 
+@names_failures("read")
 def parquet_metadata(uri: str) -> pq.FileMetaData:
     """One Parquet file's footer (its row count and schema), without its data."""
     import pyarrow.parquet as pq
@@ -150,6 +162,7 @@ def parquet_metadata(uri: str) -> pq.FileMetaData:
         return pq.read_metadata(source)
 
 
+@names_failures("read")
 def read_text(uri: str) -> str | None:
     """The file's text, None when it does not exist."""
     if not is_object_store(uri):
@@ -166,6 +179,7 @@ def read_text(uri: str) -> str | None:
         return None
 
 
+@names_failures("write")
 def write_text(uri: str, text: str, *, durable: bool = False) -> None:
     """Replace the file's content in one step: no reader ever sees a part of it.
 
@@ -186,6 +200,7 @@ def write_text(uri: str, text: str, *, durable: bool = False) -> None:
     os.replace(tmp_path, uri)
 
 
+@names_failures("write")
 def write_bytes(uri: str, content: bytes) -> None:
     """Write a new file whole (a data file no reader knows of until a commit names it)."""
     if is_object_store(uri):
@@ -198,6 +213,7 @@ def write_bytes(uri: str, content: bytes) -> None:
         handle.write(content)
 
 
+@names_failures("delete")
 def remove(uri: str) -> None:
     """Delete the file if it exists."""
     if not is_object_store(uri):
@@ -213,6 +229,7 @@ def remove(uri: str) -> None:
         pass
 
 
+@names_failures("delete")
 def delete(uri: str) -> bool:
     """Delete a file or a whole folder (prefix); False when nothing was there."""
     if not is_object_store(uri):
