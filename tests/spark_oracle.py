@@ -1,11 +1,12 @@
 """Spark's own answer for an MV version: its query over the upstreams as of the versions
 the MV's commit records, compared with the MV's rows value for value.
 
-The comparison is exact: every column becomes text Spark writes the same way for the same
-value (JSON, with microsecond timestamps, NaN, infinities and -0.0 as themselves, maps as
+The comparison is exact: every row becomes text Spark writes the same way for the same
+values (JSON, with microsecond timestamps, NaN, infinities and -0.0 as themselves, maps as
 their entries sorted), and the two sides must be equal as multisets, with the same column
-names and types. Used by the differential harness (tests/test_differential.py), whose
-engine ran in another process under another time zone: this one reads what it committed.
+names and types (tests/test_spark_oracle.py shows it failing). Used by the differential
+harness (tests/test_differential.py), whose engine ran under another time zone: this
+process reads what it committed.
 """
 
 from __future__ import annotations
@@ -71,30 +72,32 @@ def recomputed(spark: SparkSession, query: str, upstreams: Mapping[str, str], ve
 
 
 def canonical(frame: DataFrame) -> DataFrame:
-    """One text column per column, equal exactly when the values are."""
+    """The row as one text (column `__row`), equal exactly when every value is."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import MapType
 
-    def text(name: str, kind: object) -> Column:
+    def value(name: str, kind: object) -> Column:
         column = F.col(f"`{name}`")
         if isinstance(kind, MapType):
             column = F.array_sort(F.map_entries(column))
-        return F.to_json(F.struct(column.alias("v")), JSON_OPTIONS).alias(name)
+        return column.alias(name)
 
-    return frame.select(*(text(field.name, field.dataType) for field in frame.schema.fields))
+    row = F.struct(*(value(field.name, field.dataType) for field in frame.schema.fields))
+    return frame.select(F.to_json(row, JSON_OPTIONS).alias("__row"))
 
 
 def differences(spark: SparkSession, target: str, app_id: str, query: str,
                 upstreams: Mapping[str, str]) -> tuple[list[str], int]:
     """What differs between each MV version and Spark's recompute at its upstream versions
     (empty: every version equals it), and how many versions were compared. All versions
-    are compared in one Spark job."""
+    are compared in one Spark job (one per MV: a union of several MVs' plans takes longer
+    to plan than it saves)."""
     from pyspark.sql import functions as F
 
     versions = mv_versions(target, app_id, upstreams)
     assert versions, f"{target} has no version with a watermark"
     problems: list[str] = []
-    actual_parts, expected_parts = [], []
+    parts = []
     for entry in versions:
         actual = spark.read.format("delta").option("versionAsOf", entry.version).load(target)
         expected = recomputed(spark, query, upstreams, entry.upstream_versions)
@@ -103,22 +106,19 @@ def differences(spark: SparkSession, target: str, app_id: str, query: str,
         if shape != wanted:
             problems.append(f"version {entry.version}: columns {shape}, Spark's query gives {wanted}")
             continue
-        actual_parts.append(canonical(actual).withColumn("__version", F.lit(entry.version)))
-        expected_parts.append(canonical(expected).withColumn("__version", F.lit(entry.version)))
-    if not actual_parts:
+        version = F.lit(entry.version).alias("__version")
+        parts += [canonical(actual).select("*", version, F.lit(1).alias("__sign")),
+                  canonical(expected).select("*", version, F.lit(-1).alias("__sign"))]
+    if not parts:
         return problems, len(versions)
-    # One pass: each side's rows counted with its sign, grouped by row and version; a
-    # (row, version) whose counts do not cancel is in one side more often than in the other.
-    signed = reduce(lambda a, b: a.unionByName(b), [
-        *(part.withColumn("__sign", F.lit(1)) for part in actual_parts),
-        *(part.withColumn("__sign", F.lit(-1)) for part in expected_parts)])
-    unequal = (signed.groupBy(*(c for c in signed.columns if c != "__sign")).agg(F.sum("__sign").alias("__surplus"))
+    # One pass: each side's rows counted with its sign, grouped by version and row; a row
+    # whose counts do not cancel is in one side more often than in the other.
+    signed = reduce(lambda a, b: a.unionByName(b), parts)
+    unequal = (signed.groupBy("__version", "__row").agg(F.sum("__sign").alias("__surplus"))
                .where("__surplus <> 0").orderBy("__version").limit(2 * SHOWN).collect())
     for row in unequal:
-        values = row.asDict()
-        surplus = values.pop("__surplus")
-        label = "in the MV, not in Spark's recompute" if surplus > 0 else "in Spark's recompute, not in the MV"
-        problems.append(f"{label} ({abs(surplus)}x): {values}")
+        side = "in the MV, not in Spark's recompute" if row["__surplus"] > 0 else "in Spark's recompute, not in the MV"
+        problems.append(f"version {row['__version']}, {side} ({abs(row['__surplus'])}x): {row['__row']}")
     return problems, len(versions)
 
 
