@@ -17,6 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from airflow_backfill.kafka.liveness import BACKFILL_GRACE_S
 from airflow_backfill.spark_jobs.common import log, run_phase
 from airflow_backfill.spark_jobs.kafka_common import pipeline_arguments, resolve_pipeline
 from airflow_backfill.stop_signals import request_stop_on
@@ -40,8 +41,9 @@ def parse_args(argv: list[str] | None = None) -> SourceArgs:
     parser.add_argument("--poll-interval", type=float, default=1.0, help="seconds between polls when idle")
     parser.add_argument("--beside-backfill", action="store_true",
                         help="stop once the job's backfill has every split Finished (or is not running)")
-    parser.add_argument("--backfill-grace", type=float, default=60.0,
-                        help="with --beside-backfill: stop after S seconds without a running backfill (default 60)")
+    parser.add_argument("--backfill-grace", type=float, default=BACKFILL_GRACE_S,
+                        help="with --beside-backfill: stop after S seconds without a running backfill "
+                             f"(default {BACKFILL_GRACE_S:.0f})")
     args = parser.parse_args(argv)
     if args.max_rounds is not None and args.max_rounds < 1:
         parser.error("--max-rounds must be a positive integer")

@@ -34,6 +34,10 @@ BACKFILL = "kafka_backfill"
 BEAT_INTERVAL_S = 5.0
 STALE_AFTER_S = 20.0
 """A process whose last beat is older than this counts as stopped."""
+BACKFILL_GRACE_S = 20.0
+"""How long a source job bound to a backfill runs without one. Short: `airflow dags test`
+may run the source job task first and alone, and a backfill that starts later starts a
+source job beside itself anyway (operators/kafka.py)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.kafka.config import KafkaSourceJob
 from airflow_backfill.kafka.connection import broker_settings
 from airflow_backfill.kafka.delta_write import append_commit
-from airflow_backfill.kafka.liveness import BACKFILL, SOURCE_JOB, beating, running
+from airflow_backfill.kafka.liveness import BACKFILL, BACKFILL_GRACE_S, SOURCE_JOB, beating, running
 from airflow_backfill.kafka.offsets import topic_ranges
 from airflow_backfill.kafka.positions import OFFSETS_FIELD, ROUND_FIELD, backfill_position, source_position
 from airflow_backfill.kafka.records import decode_error, first_undecodable, read_records
@@ -95,7 +95,7 @@ class BesideBackfill:
     way, or never started: `airflow dags test` runs one task at a time)."""
 
     target: str
-    grace: float = 60.0
+    grace: float = BACKFILL_GRACE_S
     _absent_since: float | None = field(default=None, repr=False)
 
     def reached(self) -> str | None:

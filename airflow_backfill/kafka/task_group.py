@@ -44,7 +44,7 @@ def kafka_backfill_task_group(
         that starts a source job when none runs. False when the source job runs in a DAG
         of its own: the backfill then waits for it, and says so in its log.
     :param source_job_until_finished: the source job task ends once every split of the
-        backfill is Finished (or once no backfill has run for a minute) instead of
+        backfill is Finished (or once no backfill has run for `BACKFILL_GRACE_S`, 20 s) instead of
         running until stopped.
     :param ready_outlets: assets `wait_finished` emits once every split is Finished (the
         folder of jobs schedules the DAGs of MVs over this one on them).

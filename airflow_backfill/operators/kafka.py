@@ -23,6 +23,7 @@ from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.kafka.config import KafkaPipeline
+from airflow_backfill.kafka.liveness import BACKFILL_GRACE_S
 from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import entry_point
@@ -106,7 +107,7 @@ class KafkaSourceJobOperator(_KafkaOperator):
 
     def __init__(
         self, *, idle_timeout: float | None = None, max_rounds: int | None = None, beside_backfill: bool = False,
-        backfill_grace: float = 60.0, **kwargs: Any,
+        backfill_grace: float = BACKFILL_GRACE_S, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.idle_timeout = idle_timeout

@@ -31,7 +31,7 @@ def test_the_source_job_runs_beside_the_backfill(tmp_path):
 
     with DAG(dag_id="kafka_group_bounded", schedule=None) as dag:
         kafka_backfill_task_group(_pipeline(tmp_path), source_job_until_finished=True)
-    assert dag.get_task("orders_mv.source_job").entry_arguments() == ["--beside-backfill", "--backfill-grace", "60.0"]
+    assert dag.get_task("orders_mv.source_job").entry_arguments() == ["--beside-backfill", "--backfill-grace", "20.0"]
 
     with DAG(dag_id="kafka_group_no_source", schedule=None) as dag:
         kafka_backfill_task_group(_pipeline(tmp_path), with_source_job=False)
