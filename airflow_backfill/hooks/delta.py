@@ -100,10 +100,13 @@ class DeltaBackfillHook(BaseHook):
         if self.is_join:
             return sum(self.check_upstreams().values())
         from airflow_backfill.engine.delta.log import check_upstream
+        from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
 
         self.register_storage()
-
-        return check_upstream(self.upstreams["source"], version).version
+        info = check_upstream(self.upstreams["source"], version)
+        if version is not None:  # an epoch a person chose: refused now if VACUUM removed part of it
+            check_not_vacuumed(info.uri, info.version)
+        return info.version
 
     def check_upstreams(self) -> dict[str, int]:
         """Validate every upstream as `check_upstream` does; each one's latest version."""

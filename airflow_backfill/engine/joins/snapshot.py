@@ -28,6 +28,7 @@ from airflow_backfill.engine.control import effective_settings, wait_while_pause
 from airflow_backfill.engine.delta.commits import CommitInfo, append
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
+from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
 from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.feed_readers import feed_reader_properties
@@ -167,13 +168,20 @@ def _pin(job: BackfillJob, epochs: Mapping[str, int] | None) -> tuple[Vector, Sn
                 log.info("resuming the unfinished snapshot at versions %s instead of starting one at %s; "
                          "catch-up covers the versions in between", progress.epochs, dict(epochs))
             try:
-                return check_upstreams(job, progress.epochs), progress
+                return _readable(job, check_upstreams(job, progress.epochs)), progress
             except ServiceError:  # the store failed, not the versions: the chunks stay for a rerun
                 raise
             except BackfillError as error:
                 log.warning("cannot resume the snapshot at versions %s (%s); starting over", progress.epochs, error)
         discard_progress(job.target)
-    return check_upstreams(job, epochs), None
+    return _readable(job, check_upstreams(job, epochs)), None
+
+
+def _readable(job: BackfillJob, vector: Vector) -> Vector:
+    """`vector` once each upstream's version in it is known to be whole (no file vacuumed)."""
+    for upstream in job.upstreams:
+        check_not_vacuumed(upstream.table, vector[upstream.name])
+    return vector
 
 
 def _mv_schema(spark: SparkSession, plan: JoinPlan, source: StructType) -> StructType:

@@ -32,6 +32,7 @@ from airflow_backfill.engine.delta.log import (
     read_watermark,
     table_exists,
 )
+from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
 from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.phases.repeated_keys import held_times, key_proved_from_files
 from airflow_backfill.engine.planning.aggregate_sql import quote
@@ -169,13 +170,19 @@ def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, Snaps
             log.info("resuming the unfinished snapshot at epoch %s instead of starting one at %s; "
                      "catch-up covers the epochs in between", progress.epoch, epoch)
         try:
-            return check_upstream(job.source, progress.epoch), progress
+            return _readable(check_upstream(job.source, progress.epoch)), progress
         except ServiceError:  # the store failed, not the epoch: the chunks stay for a rerun
             raise
         except BackfillError as error:
             log.warning("cannot resume the snapshot at epoch %s (%s); starting over", progress.epoch, error)
             discard_progress(job.target)
-    return check_upstream(job.source, epoch), None
+    return _readable(check_upstream(job.source, epoch)), None
+
+
+def _readable(upstream: UpstreamInfo) -> UpstreamInfo:
+    """`upstream` once its version is known to be whole (no file of it vacuumed)."""
+    check_not_vacuumed(upstream.uri, upstream.version)
+    return upstream
 
 
 def mv_schema(spark: SparkSession, upstream: UpstreamInfo, plan: QueryPlan) -> StructType:
