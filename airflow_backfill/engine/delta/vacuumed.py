@@ -34,13 +34,15 @@ class Vacuumed:
         return f"version {version} of {uri} was vacuumed: {self.what}"
 
 
-def vacuumed(uri: str, version: int, table: DeltaTable) -> Vacuumed | None:
-    """What VACUUM removed of `version` (`table`, delta-rs' view of it) of the table at
-    `uri`, or None when it can be read whole. Only files the latest version no longer
-    references are looked for, so checking a recent version costs a listing, not a read."""
+def vacuumed(uri: str, version: int, table: DeltaTable | None = None) -> Vacuumed | None:
+    """What VACUUM removed of `version` of the table at `uri` (`table`: delta-rs' view of
+    that version, when the caller holds it), or None when it can be read whole. Only files
+    the latest version no longer references are looked for, so checking a recent version
+    costs a listing, not a read."""
     latest = load_table(uri)
     if version == latest.version():
         return None
+    table = table or delta_table(uri, version)
     gone = sorted(path for path in set(table.file_uris()) - set(latest.file_uris()) if not files.exists(path))
     if gone:
         more = f" and {len(gone) - SHOWN_FILES} more" if len(gone) > SHOWN_FILES else ""
@@ -56,9 +58,7 @@ def vacuumed(uri: str, version: int, table: DeltaTable) -> Vacuumed | None:
 def check_not_vacuumed(uri: str, version: int) -> None:
     """Refuse to read `version` of the upstream at `uri` once VACUUM removed part of it, with
     what to do, before anything is read or written (an `UpstreamError`)."""
-    if version == load_table(uri).version():
-        return
-    gone = vacuumed(uri, version, delta_table(uri, version))
+    gone = vacuumed(uri, version)
     if gone is not None:
         raise UpstreamError(
             f"upstream {gone.describe(uri, version)}. Pin a newer epoch (rerun pin_epoch), or vacuum the "
