@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from spark_oracle import differences
 
 pytestmark = pytest.mark.spark
@@ -26,17 +28,22 @@ def _upstream(spark, path: str) -> str:
     return path
 
 
-def _mv(spark, path: str, rows: list[tuple]) -> str:
+def _mv(spark, path: str, rows: list[tuple] | DataFrame) -> str:
     """An MV at the upstream's version 0 (the app transaction the engine's commits carry)."""
-    (spark.createDataFrame(rows, SCHEMA).write.format("delta")
-     .option("txnAppId", APP).option("txnVersion", 0).save(path))
+    frame = rows if isinstance(rows, DataFrame) else spark.createDataFrame(rows, SCHEMA)
+    frame.write.format("delta").option("txnAppId", APP).option("txnVersion", 0).save(path)
     return path
 
 
 def test_an_equal_version_passes_whatever_order_its_maps_hold(spark, tmp_path):
     upstream = _upstream(spark, str(tmp_path / "upstream"))
-    reordered = [(id_, ts, d, dict(reversed(list(mp.items()))) if mp else mp) for id_, ts, d, mp in ROWS]
-    target = _mv(spark, str(tmp_path / "mv"), list(reversed(reordered)))
+    stored = spark.read.format("delta").load(upstream)
+    reordered = stored.withColumn("mp", F.map_from_entries(F.reverse(F.map_entries("mp"))))
+    def keys(frame: DataFrame) -> list:
+        return [row[0] for row in frame.orderBy("id").select(F.map_keys("mp")).collect()]
+
+    assert keys(reordered) != keys(stored)  # the MV stores each map's entries in another order
+    target = _mv(spark, str(tmp_path / "mv"), reordered.orderBy(F.desc("id")))
     assert differences(spark, target, APP, QUERY, {"source": upstream}) == ([], 1)
 
 
