@@ -174,6 +174,25 @@ def test_a_key_that_arrives_while_the_table_holds_it_is_refused_and_nothing_is_w
     assert rows_of(spark, uri) == [(1, "v1"), (2, "two"), (3, "v3"), (4, "v4"), (5, "v5"), (7, "seven")]
 
 
+@pytest.mark.parametrize("way", (REPLACE, OVERWRITE))
+def test_date_keys_of_the_first_millennium_are_looked_up_and_refused_when_held(spark, tmp_path, way):
+    """The arrived keys' bounds reach Spark as DATE literals: PySpark's own conversion of
+    a date before the year 1000 fails."""
+    uri = str(tmp_path / "mv")
+    early = [datetime.date(1, 1, 1), datetime.date(999, 12, 31), datetime.date(2000, 1, 1)]
+    create(spark, uri, [(day, day.year) for day in early], "d date, v int")
+    again = changes(spark, [(early[1], -1, True, True), (datetime.date(5, 5, 5), 5, True, True)], "d date, v int",
+                    arrived=True)
+    with pytest.raises(Exception, match="upstream key repeated: d=0999-12-31"):
+        write_as(spark, way, uri, again, version=1, key=("d",))
+    assert DeltaTable(uri).version() == 0
+
+    new = changes(spark, [(datetime.date(5, 5, 5), 5, True, True), (early[0], 0, True, False)], "d date, v int",
+                  arrived=True)
+    write_as(spark, way, uri, new, version=1, key=("d",))
+    assert rows_of(spark, uri) == [(early[0], 0), (datetime.date(5, 5, 5), 5), (early[1], 999), (early[2], 2000)]
+
+
 def test_a_small_table_is_overwritten_and_a_large_one_replaced_or_deleted_from(spark, tmp_path):
     uri = str(tmp_path / "mv")
     create(spark, uri, [(k, k) for k in range(1, 101)], "k long, v long")

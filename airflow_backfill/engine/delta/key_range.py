@@ -14,13 +14,15 @@ cannot be shifted by a time zone or truncated like long strings.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_backfill.engine.delta.driver_rows import local_arrow
 from airflow_backfill.engine.delta.log import delta_table, load_table
 
 if TYPE_CHECKING:
@@ -56,11 +58,26 @@ class KeyRange:
 
         condition = F.lit(False)
         if self.low is not None:
-            low, high = F.lit(self.low).cast(data_type), F.lit(self.high).cast(data_type)
-            condition = (column >= low) & (column <= high)
+            condition = within_bounds(column, self.low, self.high, data_type)
         if self.has_nulls:
             condition = condition | column.isNull()
         return condition
+
+
+def bound_literal(value: Any, data_type: DataType) -> Column:
+    """A bound of a `boundable` key as a literal of `data_type`. A date is written as SQL's
+    DATE literal: PySpark's own conversion of a date before the year 1000 fails (it writes
+    the year without its leading zeros)."""
+    from pyspark.sql import functions as F
+
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return F.expr(f"DATE'{value.isoformat()}'").cast(data_type)
+    return F.lit(value).cast(data_type)
+
+
+def within_bounds(column: Column, low: Any, high: Any, data_type: DataType) -> Column:
+    """`low <= column <= high`, with bounds written by `bound_literal`."""
+    return (column >= bound_literal(low, data_type)) & (column <= bound_literal(high, data_type))
 
 
 def boundable(data_type: DataType) -> bool:
@@ -84,6 +101,24 @@ def key_range(changes: DataFrame, column: str, present: str, flag: str | None = 
     ).collect()[0]
     return KeyRange(column, row["low"], row["high"], bool(row["nulls"]), int(row["present"]), int(row["rows"]),
                     int(row["flagged"]))
+
+
+def changes_key_range(changes: DataFrame, column: str, present: str, flag: str | None = None,
+                      only: str | None = None) -> KeyRange:
+    """`key_range` of `changes` (of its rows whose boolean column `only` is true, when given):
+    from the Arrow rows when the driver holds them as a local relation (no job, and no
+    py4j for the aggregate's expressions: a tenth of a small round), else one Spark job."""
+    from pyspark.sql import functions as F
+
+    held = local_arrow(changes)
+    if held is None:
+        return key_range(changes if only is None else changes.filter(F.col(f"`{only}`")), column, present, flag)
+    names = {name.lower(): name for name in held.column_names}
+    if only is not None:
+        held = held.filter(pc.fill_null(held.column(names[only.lower()]), False))
+    found = key_range_of_table(held, names[column.lower()], names[present.lower()],
+                               None if flag is None else names[flag.lower()])
+    return replace(found, column=column)  # named as asked, as Spark's answer is
 
 
 def key_range_of_table(rows: pa.Table, column: str, present: str, flag: str | None = None) -> KeyRange:

@@ -26,6 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from airflow_backfill.engine.delta.commits import (
     ARRIVED,
     CHANGES,
@@ -54,11 +57,13 @@ from airflow_backfill.engine.delta.key_range import (
     EMPTY,
     KeyRange,
     all_above,
+    bound_literal,
     boundable,
     key_range,
     key_range_of_table,
     rows_in_range,
     table_key_max,
+    within_bounds,
 )
 from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
 from airflow_backfill.engine.delta.log import load_table, spark_schema
@@ -79,7 +84,6 @@ from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructField, StructType
 
@@ -246,8 +250,6 @@ def _rows_after_in_driver(kept: pa.Table, new_rows: DataFrame, prepared: Prepare
     """The whole table after the changes as Arrow, in the table's columns and types, when
     the driver holds the new rows too (the driver then writes the table's one file);
     None otherwise."""
-    import pyarrow as pa
-
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
     arriving = local_arrow(new_rows)
@@ -267,9 +269,6 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges) -> pa.Table 
     broadcast anti-join over a scan, a few tenths of a second a table. None otherwise,
     or for key types Arrow compares otherwise than Spark (`comparable_key`: floating
     point, nested)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if not held_whole(prepared.uri):
         return None
     changes = local_arrow(prepared.frame)  # no job
@@ -313,24 +312,58 @@ def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> 
     table's files within their range."""
     from pyspark.sql import functions as F
 
-    arrived = prepared.frame.filter(F.col(ARRIVED)).select(*(F.col(quote(k)) for k in prepared.key))
-    leading = F.col(quote(prepared.key[0]))
     if prepared.table_max is EMPTY:
         return
-    if prepared.table_max is not None:
-        arrived = arrived.filter(leading.isNull() | (leading <= F.lit(prepared.table_max).cast(prepared.leading.dataType)))
-    bounded = boundable(prepared.leading.dataType)
-    low, high = (F.min(leading), F.max(leading)) if bounded else (F.lit(None), F.lit(None))
-    bounds = arrived.agg(low, high, F.count(F.lit(1))).first()
-    if bounds is None or not bounds[2]:
+    low, high, count = arrived_key_bounds(prepared.frame, prepared.leading, prepared.table_max)
+    if not count:
         return
     table = read_table(spark, prepared.uri, prepared.table_version)
-    if bounds[0] is not None and bounded and not prepared.changed.has_nulls:
-        table = table.filter(leading.between(bounds[0], bounds[1]))
+    if low is not None and not prepared.changed.has_nulls:
+        table = table.filter(within_bounds(F.col(quote(prepared.key[0])), low, high, prepared.leading.dataType))
     held = table.select(*(F.col(quote(k)) for k in prepared.key)).alias(TARGET).join(
-        arrived.alias(CHANGES), on=_same_key(prepared, TARGET, CHANGES), how="left_semi")
+        _arrived(prepared.frame, prepared.leading, prepared.table_max).select(
+            *(F.col(quote(k)) for k in prepared.key)).alias(CHANGES),
+        on=_same_key(prepared, TARGET, CHANGES), how="left_semi")
     # Evaluating the error expression on a held key fails the job, naming it.
     held.select(repeated_key_error(prepared.key)).limit(1).collect()
+
+
+def arrived_key_bounds(changes: DataFrame, leading: StructField, table_max: Any) -> tuple[Any, Any, int]:
+    """(smallest, largest, count) of the changes whose key arrived and may meet a row of a
+    table whose largest `leading` key is `table_max` (None: unknown): a NULL key, or one at
+    most `table_max`. The bounds are None unless the key is `boundable`. From the driver's
+    Arrow rows when it holds the changes (no job), else one Spark job."""
+    from pyspark.sql import functions as F
+
+    bounded = boundable(leading.dataType)
+    rows = local_arrow(changes)
+    if rows is None:
+        key = F.col(quote(leading.name))
+        low, high = (F.min(key), F.max(key)) if bounded else (F.lit(None), F.lit(None))
+        found = _arrived(changes, leading, table_max).agg(low, high, F.count(F.lit(1))).first()
+        return (None, None, 0) if found is None else (found[0], found[1], int(found[2]))
+    names = {name.lower(): name for name in rows.column_names}
+    keys = rows.column(names[leading.name.lower()])
+    wanted = pc.fill_null(rows.column(names[ARRIVED.lower()]), False)
+    if table_max is not None:
+        below = pc.fill_null(pc.less_equal(keys, pa.scalar(table_max, keys.type)), False)
+        wanted = pc.and_(wanted, pc.or_(pc.is_null(keys), below))
+    keys = keys.filter(wanted)
+    if not bounded or keys.null_count == len(keys):
+        return None, None, len(keys)
+    extremes = pc.min_max(keys).as_py()
+    return extremes["min"], extremes["max"], len(keys)
+
+
+def _arrived(changes: DataFrame, leading: StructField, table_max: Any) -> DataFrame:
+    """The changes whose key arrived and may meet a table row (see `arrived_key_bounds`)."""
+    from pyspark.sql import functions as F
+
+    arrived = changes.filter(F.col(ARRIVED))
+    if table_max is None:
+        return arrived
+    key = F.col(quote(leading.name))
+    return arrived.filter(key.isNull() | (key <= bound_literal(table_max, leading.dataType)))
 
 
 def _merge_bound(prepared: PreparedChanges) -> Any:

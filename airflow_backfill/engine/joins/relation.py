@@ -33,7 +33,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_join,
     select_columns,
 )
-from airflow_backfill.engine.delta.key_range import boundable
+from airflow_backfill.engine.delta.key_range import boundable, within_bounds
 from airflow_backfill.engine.delta.log import delta_table, load_table, spark_schema
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import INNER, JoinPlan, flat_column
@@ -147,7 +147,7 @@ def restricted(rows: DataFrame, plan: JoinPlan, index: int, columns: list[str], 
         if low is None:
             rows = rows.filter(F.lit(False))
         else:
-            rows = rows.filter((column >= F.lit(low).cast(first.dataType)) & (column <= F.lit(high).cast(first.dataType)))
+            rows = rows.filter(within_bounds(column, low, high, first.dataType))
     flat = flat_rows(rows, plan, index)
     if not semi_join:
         return flat

@@ -25,8 +25,8 @@ from airflow_backfill.engine.delta.key_range import (
     KeyRange,
     all_above,
     boundable,
+    changes_key_range,
     integer_key_ranges,
-    key_range,
     table_key_max,
 )
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, open_upstream
@@ -129,24 +129,24 @@ def refuse_arrived_keys_held_twice(
     rows; only such keys can be held twice at the end of a range that starts with each
     key held once. A query without WHERE has every upstream row in the MV, where the
     MERGE finds the first row, so the caller runs this only for queries that filter rows.
-    One job over `net` (cache it: the MERGE reads it next) finds the keys' range; the
-    upstream is read only when some key arrived, and not even then when every arrived key
-    lies above the largest key the upstream held at the watermark (file statistics): then
-    every row the key ever had is in the range's feed, whose netting already counted them.
-    New ids arriving in order, the common case, cost no read of the upstream.
+    One job over `net` (cache it: the MERGE reads it next), or none when the driver holds
+    it, finds the keys' range; the upstream is read only when some key arrived, and not
+    even then when every arrived key lies above the largest key the upstream held at the
+    watermark (file statistics): then every row the key ever had is in the range's feed,
+    whose netting already counted them. New ids arriving in order, the common case, cost
+    no read of the upstream.
     """
     from pyspark.sql import functions as F
 
-    arrived = net.filter(F.col(ARRIVED))
-    within = key_range(arrived, plan.upstream_key[0], ARRIVED)
+    within = changes_key_range(net, plan.upstream_key[0], ARRIVED, only=ARRIVED)
     if not within.present_rows:
         return
-    leading = next(f for f in arrived.schema.fields if f.name.lower() == plan.upstream_key[0].lower())
+    leading = next(f for f in net.schema.fields if f.name.lower() == plan.upstream_key[0].lower())
     if boundable(leading.dataType) and all_above(within, _largest_key_at(job, leading.name, watermark)):
         log.info("upstream keys the round added lie above the upstream's largest key at epoch %s: the "
                  "change feed holds all their rows, so the upstream is not read", watermark)
         return
-    keys = arrived.select(*(F.col(quote(c)) for c in plan.upstream_key))
+    keys = net.filter(F.col(ARRIVED)).select(*(F.col(quote(c)) for c in plan.upstream_key))
     refuse_keys_held_twice(spark, job, plan, version, within, keys)
 
 
