@@ -9,6 +9,8 @@ upstreams. Every MV is backfilled first (snapshot and catch-up in one set-up pro
 their DAGs would), then `spark-submit spark_jobs/shared_forward.py` keeps them all fresh,
 as the shared forward's task runs it. Measured over a window:
 
+- the seconds of each kind of MV's rounds (the last ones its state file keeps) and the
+  plans they took;
 - resident memory of every process of the shared forward (spark-submit, the driver JVM,
   the Python driver), sampled every second: the peak and the mean;
 - its CPU: CPU seconds over the window's seconds (cores busy);
@@ -330,6 +332,29 @@ def freshness(jobs: list[dict[str, Any]], start: float, end: float, observed_unt
             "worst_mv_medians_s": dict(worst)}
 
 
+def round_costs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per kind of MV (plain, agg, join): the seconds of the rounds each MV's state file
+    keeps (its last 20, `round_costs`), median and p90, and how many took each plan. A join
+    keeps its whole round (`join round`) beside its write's plan: the seconds are the
+    whole round's."""
+    from airflow_backfill.engine import job_state
+    from airflow_backfill.engine.planning.round_plan import JOIN_ROUND
+
+    kinds: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        kind = job["name"].rsplit("_", 1)[0]
+        kept = job_state.read_state(job["target"]).get("round_costs", [])
+        whole = [observed for observed in kept if observed["plan"] == JOIN_ROUND] or kept
+        found = kinds.setdefault(kind, {"seconds": [], "plans": {}})
+        found["seconds"] += [float(observed["seconds"]) for observed in whole]
+        for observed in kept:
+            if observed["plan"] != JOIN_ROUND:
+                found["plans"][observed["plan"]] = found["plans"].get(observed["plan"], 0) + 1
+    return {kind: {"rounds": len(found["seconds"]), "median_s": round(median(found["seconds"]), 3),
+                   "p90_s": round(percentile(found["seconds"], 0.9), 3), "plans": found["plans"]}
+            for kind, found in sorted(kinds.items()) if found["seconds"]}
+
+
 def check_exact(jobs: list[dict[str, Any]], log: Path) -> dict[str, Any]:
     """Each MV against its query recomputed on its upstream(s) as of its last watermark."""
     code = """
@@ -447,6 +472,7 @@ def run_many_mvs(settings: ManyMvsSettings, tpch_lineitem: str | None) -> dict[s
     try:
         time.sleep(settings.warm_up_s)
         result["steady"] = measured_window(settings, jobs, forward)
+        result["steady"]["rounds"] = contained(round_costs, jobs)
         if tpch_lineitem is not None:
             result["with_backfill"] = with_tpch_backfill(settings, jobs, forward, tpch_lineitem, work)
         stop(forward)

@@ -1,13 +1,15 @@
-"""The many_mvs benchmark's own arithmetic: the mix of MVs it declares, and freshness read
-from Delta logs (upstream commit to the first MV commit that reflects it)."""
+"""The many_mvs benchmark's own arithmetic: the mix of MVs it declares, freshness read
+from Delta logs (upstream commit to the first MV commit that reflects it), and the rounds'
+seconds read from the MVs' state files."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from airflow_backfill.engine import job_state
 from airflow_backfill.job_folder import load_job_folder
-from bench.many_mvs import freshness, mv_declarations, write_job_folder
+from bench.many_mvs import freshness, mv_declarations, round_costs, write_job_folder
 
 
 def test_fifty_mvs_are_a_loadable_folder_with_the_issues_mix(tmp_path: Path):
@@ -62,3 +64,21 @@ def test_a_joins_freshness_follows_each_upstream_through_its_vector(tmp_path: Pa
     job = {"name": "join", "target": str(mv), "sources": {"a": {"table": str(left)}, "b": {"table": str(right)}}}
     figures = freshness([job], start=99.0, end=103.0, observed_until=110.0)
     assert (figures["samples"], figures["median_s"], figures["max_s"]) == (2, 0.7, 1.0)  # 0.4 s and 1 s
+
+
+def test_round_costs_are_per_kind_and_a_joins_are_its_whole_rounds(tmp_path: Path):
+    def kept(target: Path, observations: list[tuple[str, float]]) -> None:
+        target.mkdir()
+        job_state.update_state(str(target), round_costs=[{"plan": plan, "seconds": seconds, "estimate_s": 1.0,
+                                                          "epoch": epoch} for epoch, (plan, seconds) in
+                                                         enumerate(observations)])
+
+    kept(tmp_path / "plain_0", [("overwrite", 0.2), ("replace", 0.4), ("overwrite", 0.3)])
+    kept(tmp_path / "plain_1", [("overwrite", 0.5)])
+    kept(tmp_path / "join_0", [("overwrite", 0.5), ("join round", 2.0), ("merge", 0.7), ("join round", 3.0)])
+    (tmp_path / "agg_0").mkdir()  # no round yet: no entry
+    jobs = [{"name": path.name, "target": str(path)} for path in sorted(tmp_path.iterdir())]
+    assert round_costs(jobs) == {
+        "plain": {"rounds": 4, "median_s": 0.35, "p90_s": 0.5, "plans": {"overwrite": 3, "replace": 1}},
+        "join": {"rounds": 2, "median_s": 2.5, "p90_s": 3.0, "plans": {"overwrite": 1, "merge": 1}},
+    }
