@@ -9,6 +9,8 @@ again at once (epochs may have arrived meanwhile) while an idle one waits
 file added to the folder joins without a restart, and a file that became invalid drops
 its member and reports why.
 
+Every line logged during a member's turn starts with the member's name (`log_names`).
+
 Each worker thread runs its rounds in a session of its own (`worker_session`): one
 SparkContext, JVM and cache for all, but separate temporary views and SQL settings, since
 rounds register views under fixed names (`source`, the change views) and set their
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.internals import make_active
+from airflow_backfill.shared_forward.log_names import member_turn, naming_members
 from airflow_backfill.shared_forward.members import LockBusy, Member
 
 if TYPE_CHECKING:
@@ -127,7 +130,8 @@ class SharedForward:
         rescanned = -float("inf")
         written = -float("inf")
         stopped_by = "stop request"
-        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="shared-forward") as pool:
+        with naming_members(), ThreadPoolExecutor(max_workers=self.workers,
+                                                  thread_name_prefix="shared-forward") as pool:
             try:
                 while not stop.is_set():
                     now = time.monotonic()
@@ -228,7 +232,12 @@ class SharedForward:
                 status.running = pool.submit(self.step, status)
 
     def step(self, status: MemberStatus) -> int:
-        """One member's turn, in a worker thread: check, then a round if one is due."""
+        """One member's turn, in a worker thread: check, then a round if one is due (its log
+        lines name the member)."""
+        with member_turn(status.member.name):
+            return self._turn(status)
+
+    def _turn(self, status: MemberStatus) -> int:
         member = status.member
         status.waiting = member.waiting()
         if status.waiting is not None or not member.pending():
