@@ -349,7 +349,7 @@ def arrived_key_bounds(changes: DataFrame, leading: StructField, table_max: Any)
         below = pc.fill_null(pc.less_equal(keys, pa.scalar(table_max, keys.type)), False)
         wanted = pc.and_(wanted, pc.or_(pc.is_null(keys), below))
     keys = keys.filter(wanted)
-    if not bounded or keys.null_count == len(keys):
+    if not bounded:
         return None, None, len(keys)
     extremes = pc.min_max(keys).as_py()
     return extremes["min"], extremes["max"], len(keys)
