@@ -339,11 +339,12 @@ def round_costs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
     whole round's."""
     from airflow_backfill.engine import job_state
     from airflow_backfill.engine.planning.round_plan import JOIN_ROUND
+    from airflow_backfill.engine.rounds.plan_choice import ROUND_COSTS
 
     kinds: dict[str, dict[str, Any]] = {}
     for job in jobs:
         kind = job["name"].rsplit("_", 1)[0]
-        kept = job_state.read_state(job["target"]).get("round_costs", [])
+        kept = job_state.read_state(job["target"]).get(ROUND_COSTS, [])
         whole = [observed for observed in kept if observed["plan"] == JOIN_ROUND] or kept
         found = kinds.setdefault(kind, {"seconds": [], "plans": {}})
         found["seconds"] += [float(observed["seconds"]) for observed in whole]
