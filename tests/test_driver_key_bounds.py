@@ -3,7 +3,7 @@ the keys that arrived, and the bounds of those that may meet a table row) equal 
 Spark's job over the same rows gives: over generated rows of every key type (the
 boundable integers and dates, and types that get no bounds), NULL keys and flags, each
 type's edge values, and table maxima below, inside and above the keys; with the process
-in several time zones."""
+and Spark's session in several time zones."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT
 from airflow_backfill.engine.delta.driver_rows import is_local, local_relation
 from airflow_backfill.engine.delta.key_range import changes_key_range
 from airflow_backfill.engine.delta.keyed_writes import arrived_key_bounds
+from airflow_backfill.engine.spark_session import TIME_ZONE
 
 pytestmark = pytest.mark.spark
 
@@ -90,10 +91,12 @@ def test_the_drivers_key_facts_equal_a_spark_job_over_the_same_rows(spark, kind)
             expected = (changes_key_range(cached, "k", ARRIVED, only=ARRIVED),
                         [arrived_key_bounds(cached, leading, top) for top in maxima])
             for zone in ZONES:
+                spark.conf.set("spark.sql.session.timeZone", zone)
                 with python_in_zone(zone), jobs_started(spark) as jobs:
                     held = (changes_key_range(local, "k", ARRIVED, only=ARRIVED),
                             [arrived_key_bounds(local, leading, top) for top in maxima])
                     assert jobs() == 0
                 assert held == expected, (zone, rows)
         finally:
+            spark.conf.set("spark.sql.session.timeZone", TIME_ZONE)
             cached.unpersist()
