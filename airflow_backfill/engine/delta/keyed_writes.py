@@ -348,11 +348,9 @@ def arrived_key_bounds(changes: DataFrame, leading: StructField, table_max: Any)
     if table_max is not None:
         below = pc.fill_null(pc.less_equal(keys, pa.scalar(table_max, keys.type)), False)
         wanted = pc.and_(wanted, pc.or_(pc.is_null(keys), below))
-    keys = keys.filter(wanted)
-    if not bounded:
-        return None, None, len(keys)
-    extremes = pc.min_max(keys).as_py()
-    return extremes["min"], extremes["max"], len(keys)
+    held = key_range_of_table(rows.filter(wanted), names[leading.name.lower()], names[ARRIVED.lower()])
+    count = held.rows or 0
+    return (held.low, held.high, count) if bounded else (None, None, count)
 
 
 def _arrived(changes: DataFrame, leading: StructField, table_max: Any) -> DataFrame:
