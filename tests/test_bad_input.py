@@ -6,8 +6,9 @@ import os
 
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
+from airflow_backfill.engine.delta.log import refuse_key_not_held
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.exceptions import TargetError, UnsupportedQueryError, UpstreamError
@@ -16,8 +17,9 @@ from airflow_backfill.job import BackfillJob
 pytestmark = pytest.mark.spark
 
 
-def job_for(tables: dict[str, str], query: str = "SELECT order_id, status FROM source") -> BackfillJob:
-    return BackfillJob(name="orders_mv", query=query, primary_key=["order_id"], **tables)
+def job_for(tables: dict[str, str], query: str = "SELECT order_id, status FROM source",
+            key: str = "order_id") -> BackfillJob:
+    return BackfillJob(name="orders_mv", query=query, primary_key=[key], **tables)
 
 
 def small_table(path: str, *, cdf: bool) -> None:
@@ -58,3 +60,31 @@ def test_target_written_by_someone_else(spark, tables):
     small_table(tables["target"], cdf=True)
     with pytest.raises(TargetError, match="was not built by this job"):
         run_snapshot(spark, job_for(tables))
+
+
+@pytest.mark.parametrize("key, refusal", [
+    ("ORDER_ID", "spells this column 'order_id'; write it so .*primary_key: \\[order_id\\]"),
+    ("id", "'id' is not a column of upstream .*its columns: order_id, status"),
+])
+def test_a_key_the_upstream_does_not_hold_as_written_is_refused_before_any_round(spark, tables, key, refusal):
+    """Spark would match `ORDER_ID` to `order_id` and build the MV; every round, which reads
+    changes as Arrow rows, would then fail. Refused at the snapshot and at every round."""
+    small_table(tables["source"], cdf=True)
+    with pytest.raises(UpstreamError, match=refusal):
+        run_snapshot(spark, job_for(tables, query="SELECT * FROM source", key=key))
+    assert not os.path.exists(tables["target"])
+    run_snapshot(spark, job_for(tables))
+    version = DeltaTable(tables["target"]).version()
+    write_deltalake(tables["source"], pa.table({"order_id": pa.array([3], pa.int64()), "status": ["new"]}),
+                    mode="append")
+    with pytest.raises(UpstreamError, match=refusal):
+        run_catch_up(spark, job_for(tables, query="SELECT * FROM source", key=key))
+    assert DeltaTable(tables["target"]).version() == version
+
+
+
+def test_the_refusal_spells_every_key_column_as_the_upstream_does():
+    with pytest.raises(UpstreamError, match=r"primary_key 'Shop_Id': .*spells this column 'shop_id'.*"
+                                            r"primary_key: \[shop_id, day\]\)"):
+        refuse_key_not_held("/lake/sales", ["shop_id", "day", "amount"], ["Shop_Id", "DAY"])
+    refuse_key_not_held("/lake/sales", ["shop_id", "day", "amount"], ["shop_id", "day"])

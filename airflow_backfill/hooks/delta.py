@@ -7,7 +7,7 @@ task log, and works in the triggerer's event loop (through a thread).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -94,16 +94,17 @@ class DeltaBackfillHook(BaseHook):
                     register_settings(uri, settings)
         self._storage_ready = True
 
-    def check_upstream(self, version: int | None = None) -> int:
-        """Validate the upstream (exists, Change Data Feed on, readable) and return its version
-        (a join: every upstream at its latest version, and the sum of their versions)."""
+    def check_upstream(self, version: int | None = None, *, key: Sequence[str] = ()) -> int:
+        """Validate the upstream (exists, Change Data Feed on, readable, holds the `key`
+        columns as written) and return its version (a join: every upstream at its latest
+        version, and the sum of their versions)."""
         if self.is_join:
             return sum(self.check_upstreams().values())
         from airflow_backfill.engine.delta.log import check_upstream
         from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
 
         self.register_storage()
-        info = check_upstream(self.upstreams["source"], version)
+        info = check_upstream(self.upstreams["source"], version, key=key)
         if version is not None:  # an epoch a person chose: refused now if VACUUM removed part of it
             check_not_vacuumed(info.uri, info.version)
         return info.version

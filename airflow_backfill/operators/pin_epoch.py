@@ -75,7 +75,7 @@ class PinEpochOperator(SerializesJob, BaseBranchOperator):
             watermarks = hook.watermarks()
         else:
             plan_query(job.query, job.primary_key)
-            versions = {"source": hook.check_upstream()}
+            versions = {"source": hook.check_upstream(key=job.primary_key)}
             watermark = hook.watermark()
             watermarks = None if watermark is None else {"source": watermark}
         upstream_version = sum(versions.values())

@@ -80,3 +80,11 @@ def test_unsupported_query_is_refused(job):
     windowed = job.with_overrides(query="SELECT order_id, rank() OVER (ORDER BY amount) AS r FROM source")
     with pytest.raises(UnsupportedQueryError, match="window"):
         pin(windowed).choose_branch(context_with())
+
+
+def test_a_key_spelled_in_another_case_than_the_upstreams_is_refused(job):
+    commit_upstream_versions(job.source, 1)
+    shouted = job.with_overrides(primary_key=["ORDER_ID"])
+    with pytest.raises(UpstreamError, match="spells this column 'order_id'"):
+        pin(shouted).choose_branch(context_with())
+    assert not os.path.exists(job.target)

@@ -238,11 +238,12 @@ def commit_timestamp(uri: str, version: int) -> int | None:
     return None
 
 
-def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
+def check_upstream(uri: str, version: int | None = None, *, key: Collection[str] = ()) -> UpstreamInfo:
     """Validate that the upstream can be backfilled from and describe it at `version`.
 
     Refused: a missing table, a table without the Change Data Feed (catch-up and forward
-    read it), partitioned tables and column mapping (physical column names).
+    read it), partitioned tables, column mapping (physical column names), and a `key`
+    column the upstream does not have as written (`refuse_key_not_held`).
     """
     table = open_upstream(uri, version)
     configuration = table.metadata().configuration
@@ -268,8 +269,31 @@ def check_upstream(uri: str, version: int | None = None) -> UpstreamInfo:
             f"upstream {uri} is partitioned by {table.metadata().partition_columns}; "
             "partitioned upstreams are not supported yet. Use an unpartitioned copy."
         )
-    return UpstreamInfo(uri=uri, version=table.version(), schema=arrow_schema(table),
+    schema = arrow_schema(table)
+    refuse_key_not_held(uri, schema.names, key)
+    return UpstreamInfo(uri=uri, version=table.version(), schema=schema,
                         deletion_vectors="deletionVectors" in features)
+
+
+def refuse_key_not_held(uri: str, columns: Collection[str], key: Collection[str]) -> None:
+    """Refuse a primary-key column the upstream does not hold, or holds spelled in another
+    case. Spark matches names whatever their case, so such a key would pass the snapshot;
+    the rounds read changes as Arrow rows, which match names exactly, and would all fail."""
+    by_lower = {name.lower(): name for name in columns}
+    for column in key:
+        if column in columns:
+            continue
+        spelled = by_lower.get(column.lower())
+        if spelled is not None:
+            fixed = ", ".join(by_lower.get(c.lower(), c) for c in key)
+            raise UpstreamError(
+                f"primary_key {column!r}: upstream {uri} spells this column {spelled!r}; write it so "
+                f"in the job's primary_key (primary_key: [{fixed}])."
+            )
+        raise UpstreamError(
+            f"primary_key {column!r} is not a column of upstream {uri} (its columns: {', '.join(columns)}); "
+            "name the upstream's key columns in the job's primary_key."
+        )
 
 
 def arrow_schema(table: DeltaTable) -> pa.Schema:

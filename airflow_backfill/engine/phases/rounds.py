@@ -103,7 +103,7 @@ def rounds_for(job: BackfillJob, *, warn: bool = False) -> Rounds:
 
         return join_rounds(job, warn=warn)
     plan = plan_query(job.query, job.primary_key)
-    check_upstream(job.source)
+    check_upstream(job.source, key=job.primary_key)
     if warn:
         warn_if_rarely_checkpointed(job.source)
     current_watermark(job)  # the MV must exist: checked before anything is written
@@ -120,5 +120,5 @@ def applied_versions(job: BackfillJob) -> list[tuple[str, int]]:
         check_upstreams(job)
         vector = current_vector(job)
         return [(upstream.table, vector[upstream.name]) for upstream in job.upstreams]
-    check_upstream(job.source)
+    check_upstream(job.source, key=job.primary_key)
     return [(job.source, current_watermark(job))]

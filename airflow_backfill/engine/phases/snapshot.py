@@ -99,7 +99,7 @@ def run_snapshot(
 
         return run_join_snapshot(spark, job, epochs=epochs, parallelism=parallelism, chunk_bytes=chunk_bytes)
     plan = plan_query(job.query, job.primary_key)
-    check_upstream(job.source)  # bad input fails here, before anything is written
+    check_upstream(job.source, key=job.primary_key)  # bad input fails here, before anything is written
     register_downstream(job)  # the upstream MV's rounds from here on are read by this job's catch-up
     with writer_lock(job.target, job.name, PHASE):
         return _snapshot(spark, job, plan, epoch, parallelism, chunk_bytes)
