@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
         job = resolve_job(args.job)
         parallelism = resolve_parallelism(args.job, job.backfill_parallelism)
-        for upstream in job.upstreams:
-            check_upstream(upstream.table)
+        for upstream in job.upstreams:  # refused before the JVM starts (a join's planner resolves its keys)
+            check_upstream(upstream.table, key=() if job.is_join else upstream.primary_key)
             retention_warnings(upstream.table, parallelism)
         spark = build_spark_session(f"airflow_backfill:{job.name}:snapshot", parallelism)
         try:
