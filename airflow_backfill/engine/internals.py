@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 
+DELTA = "org.apache.spark.sql.delta"
+PYTHON_UTILS = "org.apache.spark.api.python.PythonUtils"
+
+
 class InternalsChanged(RuntimeError):
     """A private class or method the engine calls is not there or not shaped as it was."""
 
@@ -39,6 +43,24 @@ def _call(name: str, function: Any, *args: Any) -> Any:
         if "does not exist in the JVM" in str(error) or "Method " in str(error):
             raise InternalsChanged(f"{name}: {error}") from error
         raise
+
+
+@functools.cache
+def java_class(jvm: Any, name: str) -> Any:
+    """The JVM class `name` (its full name, `$` for a Scala object) in one lookup, kept per
+    gateway. Why: reaching a class through py4j's packages (`jvm.org.apache.spark...`) asks
+    the JVM for every prefix as a class first, and each failing lookup searches every jar
+    of the class path: 2.5 ms for a class five packages deep, 0.08 ms by its full name."""
+    return getattr(jvm, name)
+
+
+def scala_object(jvm: Any, name: str) -> Any:
+    """The instance of the Scala object `name` (its class is `name$`)."""
+    return getattr(java_class(jvm, f"{name}$"), "MODULE$")
+
+
+def scala_none(jvm: Any) -> Any:
+    return java_class(jvm, "scala.Option").apply(None)
 
 
 # ---- Spark: plans of a DataFrame ---------------------------------------------------------
@@ -82,8 +104,8 @@ def local_rows_as_arrow(frame: DataFrame) -> pa.Table | None:
     if plan_kind(plan) != "LocalRelation":
         return None
     jvm: Any = frame.sparkSession._jvm
-    converters = _call("ArrowConverters$.MODULE$", lambda: getattr(
-        getattr(jvm.org.apache.spark.sql.execution.arrow, "ArrowConverters$"), "MODULE$"))
+    converters = _call("ArrowConverters$.MODULE$",
+                       lambda: scala_object(jvm, "org.apache.spark.sql.execution.arrow.ArrowConverters"))
     batches = _call("ArrowConverters.toBatchWithSchemaIterator", converters.toBatchWithSchemaIterator,
                     plan.data().iterator(), plan.schema(), 1 << 20, 1 << 62, "UTC", True, False)
     tables = []
@@ -117,14 +139,15 @@ def delta_log(spark: SparkSession, uri: str) -> Any:
     the one its temporary views live in."""
     jvm: Any = spark._jvm
     make_active(spark)
-    return _call("DeltaLog.forTable", jvm.org.apache.spark.sql.delta.DeltaLog.forTable, spark._jsparkSession, uri)
+    return _call("DeltaLog.forTable", lambda: java_class(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, uri))
 
 
 def make_active(spark: SparkSession) -> None:
     """`spark` as the JVM's active session for this thread (`SparkSession.setActiveSession`)."""
     jvm: Any = spark._jvm
-    _call("SparkSession.setActiveSession", jvm.org.apache.spark.sql.SparkSession.setActiveSession,
-          spark._jsparkSession)
+    _call("SparkSession.setActiveSession",
+          lambda: java_class(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession))
 
 
 def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
@@ -132,7 +155,7 @@ def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
     table's state (`DeltaLog.update`)."""
     jvm: Any = spark._jvm
     log = delta_log(spark, uri)
-    none = jvm.scala.Option.apply(None)
+    none = scala_none(jvm)
     return log, _call("DeltaLog.update", log.update, False, none, none)
 
 
@@ -163,8 +186,7 @@ def files_frame(spark: SparkSession, log: Any, snapshot: Any, files: Any) -> Dat
     column types applied as Delta's reader applies them)."""
     from pyspark.sql import DataFrame
 
-    jvm: Any = spark._jvm
-    none = jvm.scala.Option.apply(None)
+    none = scala_none(spark._jvm)
     return DataFrame(_call("DeltaLog.createDataFrame", log.createDataFrame, snapshot, files, False, none), spark)
 
 
@@ -208,9 +230,8 @@ class DeltaTransaction:
     def active(self) -> Iterator[None]:
         """The transaction as the session's active one, as Delta's own commands set theirs:
         the write's scans register their reads with it."""
-        delta = self._jvm.org.apache.spark.sql.delta
-        active = _call("OptimisticTransaction$.MODULE$", lambda: getattr(getattr(delta, "OptimisticTransaction$"),
-                                                                       "MODULE$"))
+        active = _call("OptimisticTransaction$.MODULE$",
+                       lambda: scala_object(self._jvm, f"{DELTA}.OptimisticTransaction"))
         _call("OptimisticTransaction.setActive", active.setActive, self._java)
         try:
             yield
@@ -230,15 +251,17 @@ class DeltaTransaction:
         """Delta's own write command for `frame` (`WriteIntoDelta.writeAndReturnCommitData`:
         appends, overwrites, `replaceWhere`, `replaceOn`) in this transaction; its actions
         and tags, not committed."""
-        delta = self._jvm.org.apache.spark.sql.delta
+        jvm = self._jvm
         jspark = self._spark._jsparkSession
-        none = self._jvm.scala.Option.apply(None)
+        none = scala_none(jvm)
         configuration = self.string_map({})
         if self.creating:  # what Delta's data source makes of `delta.*` writer options
-            configuration = _call("DeltaConfigs.validateConfigurations", getattr(
-                getattr(delta, "DeltaConfigs$"), "MODULE$").validateConfigurations, self.string_map(properties))
-        delta_options = _call("DeltaOptions", delta.DeltaOptions, self.string_map(options), jspark.sessionState().conf())
-        command = _call("WriteIntoDelta", delta.commands.WriteIntoDelta, self.log, self._save_mode(mode),
+            configuration = _call("DeltaConfigs.validateConfigurations", lambda: scala_object(
+                jvm, f"{DELTA}.DeltaConfigs").validateConfigurations(self.string_map(properties)))
+        delta_options = _call("DeltaOptions", lambda: java_class(jvm, f"{DELTA}.DeltaOptions")(
+            self.string_map(options), jspark.sessionState().conf()))
+        command = _call("WriteIntoDelta", java_class(jvm, f"{DELTA}.commands.WriteIntoDelta"), self.log,
+                        self._save_mode(mode),
                         delta_options, self.sequence([]), configuration, java_plan(frame), none, none, False)
         written = _call("WriteIntoDelta.writeAndReturnCommitData", command.writeAndReturnCommitData, self._java,
                         jspark, none, False)
@@ -246,8 +269,8 @@ class DeltaTransaction:
 
     def added(self, add: Mapping[str, Any]) -> Any:
         """An add action from its JSON form (`Action.fromJson`)."""
-        action = self._jvm.org.apache.spark.sql.delta.actions.Action
-        return _call("Action.fromJson", action.fromJson, json.dumps({"add": dict(add)}))
+        return _call("Action.fromJson", lambda: java_class(self._jvm, f"{DELTA}.actions.Action").fromJson(
+            json.dumps({"add": dict(add)})))
 
     @staticmethod
     def removed(added: Any, timestamp_ms: int) -> Any:
@@ -259,15 +282,14 @@ class DeltaTransaction:
         `alias`), found by Delta's own scan for a DELETE with deletion vectors
         (`DMLWithDeletionVectorsHelper.findTouchedFiles`, which writes their new vectors):
         per file, its `AddFile`, whether every row meets it, and its new deletion vector."""
-        delta = self._jvm.org.apache.spark.sql.delta
         jspark = self._spark._jsparkSession
         snapshot = self.snapshot
-        index = _call("TahoeBatchFileIndex", delta.files.TahoeBatchFileIndex, jspark, "delete", files, self.log,
-                      self.log.dataPath(), snapshot, False)
+        index = _call("TahoeBatchFileIndex", lambda: java_class(self._jvm, f"{DELTA}.files.TahoeBatchFileIndex")(
+            jspark, "delete", files, self.log, self.log.dataPath(), snapshot, False))
         table = files_frame(self._spark, self.log, snapshot, files)
         matching = analyzed_plan(table.alias(alias).filter(condition))  # Filter(condition, table)
-        helper = _call("DMLWithDeletionVectorsHelper$.MODULE$", lambda: getattr(
-            getattr(delta.commands, "DMLWithDeletionVectorsHelper$"), "MODULE$"))
+        helper = _call("DMLWithDeletionVectorsHelper$.MODULE$",
+                       lambda: scala_object(self._jvm, f"{DELTA}.commands.DMLWithDeletionVectorsHelper"))
         scan = _call("DMLWithDeletionVectorsHelper.createTargetDfForScanningForMatches",
                      helper.createTargetDfForScanningForMatches, jspark, matching.child(), index)
         touched = _call("DMLWithDeletionVectorsHelper.findTouchedFiles", helper.findTouchedFiles, jspark, self._java,
@@ -285,34 +307,33 @@ class DeltaTransaction:
 
     def write_operation(self, mode: str, predicate: str | None, user_metadata: str, replace_on: str | None) -> Any:
         """The commit's operation, as Delta's writer records it (`DeltaOperations.Write`)."""
-        option = self._jvm.scala.Option
+        option = java_class(self._jvm, "scala.Option")
         none = option.apply(None)
-        write = getattr(self._jvm.org.apache.spark.sql.delta, "DeltaOperations$Write")
+        write = java_class(self._jvm, f"{DELTA}.DeltaOperations$Write")
         return _call("DeltaOperations.Write", write, self._save_mode(mode), option.apply(self.sequence([])),
                      option.apply(predicate), option.apply(user_metadata), none, none, none, option.apply(replace_on),
                      none)
 
     def commit(self, actions: Any, operation: Any, tags: Any, app_id: str, version: int) -> None:
         """Commit `actions` with the app transaction (`app_id`, `version`) in one log entry."""
-        now = self._jvm.java.lang.Long.valueOf(int(time.time() * 1000))
+        now = java_class(self._jvm, "java.lang.Long").valueOf(int(time.time() * 1000))
         _call("OptimisticTransaction.updateSetTransaction", self._java.updateSetTransaction, app_id, version,
-              self._jvm.scala.Option.apply(now))
+              java_class(self._jvm, "scala.Option").apply(now))
         _call("OptimisticTransaction.commit", self._java.commit, actions, operation, tags)
 
     def sequence(self, items: Iterable[Any]) -> Any:
         """A Scala `Seq` of `items`."""
-        listed = self._jvm.java.util.ArrayList()
+        listed = java_class(self._jvm, "java.util.ArrayList")()
         for item in items:
             listed.add(item)
-        return _call("PythonUtils.toSeq", self._jvm.org.apache.spark.api.python.PythonUtils.toSeq, listed)
+        return _call("PythonUtils.toSeq", lambda: java_class(self._jvm, PYTHON_UTILS).toSeq(listed))
 
     def string_map(self, values: Mapping[str, str]) -> Any:
         """A Scala `Map[String, String]`."""
-        return _call("PythonUtils.toScalaMap", self._jvm.org.apache.spark.api.python.PythonUtils.toScalaMap,
-                     dict(values))
+        return _call("PythonUtils.toScalaMap", lambda: java_class(self._jvm, PYTHON_UTILS).toScalaMap(dict(values)))
 
     def _save_mode(self, mode: str) -> Any:
-        return getattr(self._jvm.org.apache.spark.sql.SaveMode, mode)
+        return getattr(java_class(self._jvm, "org.apache.spark.sql.SaveMode"), mode)
 
 
 # ---- PySpark: the DataFrame of a Java plan --------------------------------------------------
@@ -383,19 +404,20 @@ def set_default_time_zone(spark: SparkSession, zone: str) -> str:
     returns the zone it had. No public Spark setting reaches a driver that is already
     running (spark-submit starts it before this process)."""
     jvm: Any = spark._jvm
-    time_zone = _call("java.util.TimeZone", lambda: jvm.java.util.TimeZone)
+    time_zone = _call("java.util.TimeZone", lambda: java_class(jvm, "java.util.TimeZone"))
     before = str(time_zone.getDefault().getID())
     time_zone.setDefault(time_zone.getTimeZone(zone))
-    _call("System.setProperty", jvm.java.lang.System.setProperty, "user.timezone", zone)
+    _call("System.setProperty", lambda: java_class(jvm, "java.lang.System").setProperty("user.timezone", zone))
     return before
 
 
 def quiet_loggers(spark: SparkSession, names: Iterable[str]) -> None:
     """Set the driver's log4j loggers `names` to ERROR (log4j 2's `Configurator`)."""
     jvm: Any = spark._jvm
-    error = jvm.org.apache.logging.log4j.Level.ERROR
+    error = java_class(jvm, "org.apache.logging.log4j.Level").ERROR
+    configurator = java_class(jvm, "org.apache.logging.log4j.core.config.Configurator")
     for name in names:
-        _call("Configurator.setLevel", jvm.org.apache.logging.log4j.core.config.Configurator.setLevel, name, error)
+        _call("Configurator.setLevel", configurator.setLevel, name, error)
 
 
 def missing_class(spark: SparkSession, name: str) -> str | None:
@@ -405,7 +427,8 @@ def missing_class(spark: SparkSession, name: str) -> str | None:
 
     jvm: Any = spark._jvm
     try:
-        jvm.java.lang.Class.forName(name, False, jvm.java.lang.Thread.currentThread().getContextClassLoader())
+        java_class(jvm, "java.lang.Class").forName(
+            name, False, java_class(jvm, "java.lang.Thread").currentThread().getContextClassLoader())
     except Py4JJavaError as error:
         if error.java_exception.getClass().getName() != "java.lang.ClassNotFoundException":
             raise

@@ -99,6 +99,10 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
         # round's plan (cached intermediates nest their own plans) reached hundreds of MiB
         # and exhausted the driver's heap. A truncated string only shortens the SQL UI.
         "spark.sql.maxPlanStringLength": "200000",
+        # PySpark records the Python call site of every Column and DataFrame call in the
+        # JVM (for its errors' "DataFrame query context"): eight calls over py4j around each
+        # one, which made most of a shared-forward round's calls.
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
     }
     for key, value in settings.items():
         builder = builder.config(key, value)
