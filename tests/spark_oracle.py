@@ -2,9 +2,9 @@
 the MV's commit records, compared with the MV's rows value for value.
 
 The comparison is exact: every row becomes text Spark writes the same way for the same
-values (JSON, with microsecond timestamps, NaN, infinities and -0.0 as themselves, maps as
-their entries sorted), and the two sides must be equal as multisets, with the same column
-names and types (tests/test_spark_oracle.py shows it failing). Used by the differential
+values (JSON, with microsecond timestamps, NaN, infinities and -0.0 as themselves, maps at
+any depth as their entries sorted), and the two sides must be equal as multisets, with the
+same column names and types (tests/test_spark_oracle.py shows it failing). Used by the differential
 harness (tests/test_differential.py), whose engine ran under another time zone: this
 process reads what it committed.
 """
@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
 
 WATERMARKS = "airflow_backfill.watermarks"
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
@@ -71,18 +72,44 @@ def recomputed(spark: SparkSession, query: str, upstreams: Mapping[str, str], ve
     return spark.sql(query)  # analysed now: replacing the views later changes nothing
 
 
+def holds_map(kind: DataType) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(kind, MapType):
+        return True
+    if isinstance(kind, ArrayType):
+        return holds_map(kind.elementType)
+    if isinstance(kind, StructType):
+        return any(holds_map(field.dataType) for field in kind.fields)
+    return False
+
+
+def ordered_maps(column: Column, kind: DataType) -> Column:
+    """`column` with every map in it, at any depth, as its entries sorted: Spark keeps a
+    map's entries in the order they were built, which equal maps need not share. Columns
+    without a map are left as they are, so a NULL struct stays NULL."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if not holds_map(kind):
+        return column
+    if isinstance(kind, MapType):  # a map's keys hold no map (Spark refuses such keys)
+        entries = F.transform(F.map_entries(column), lambda entry: F.struct(
+            entry["key"].alias("key"), ordered_maps(entry["value"], kind.valueType).alias("value")))
+        return F.array_sort(entries)
+    if isinstance(kind, ArrayType):  # an array's order is its value: only its elements change
+        return F.transform(column, lambda element: ordered_maps(element, kind.elementType))
+    assert isinstance(kind, StructType)
+    fields = [ordered_maps(column[field.name], field.dataType).alias(field.name) for field in kind.fields]
+    return F.when(column.isNull(), F.lit(None)).otherwise(F.struct(*fields))
+
+
 def canonical(frame: DataFrame) -> DataFrame:
     """The row as one text (column `__row`), equal exactly when every value is."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import MapType
 
-    def value(name: str, kind: object) -> Column:
-        column = F.col(f"`{name}`")
-        if isinstance(kind, MapType):
-            column = F.array_sort(F.map_entries(column))
-        return column.alias(name)
-
-    row = F.struct(*(value(field.name, field.dataType) for field in frame.schema.fields))
+    row = F.struct(*(ordered_maps(F.col(f"`{field.name}`"), field.dataType).alias(field.name)
+                     for field in frame.schema.fields))
     return frame.select(F.to_json(row, JSON_OPTIONS).alias("__row"))
 
 

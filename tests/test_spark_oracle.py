@@ -1,6 +1,7 @@
 """The harness's oracle (tests/spark_oracle.py) can fail: MV rows with a value off (an
-hour on an instant, -0.0 for 0.0, a map for a NULL) are named row by row, and a version
-equal to Spark's recompute passes, whatever order its maps list their entries in."""
+hour on an instant, -0.0 for 0.0, a map for a NULL, a value inside a nested map) are named
+row by row, and a version equal to Spark's recompute passes, whatever order its maps, at any
+depth, list their entries in."""
 
 from __future__ import annotations
 
@@ -60,3 +61,48 @@ def test_a_version_with_values_off_is_named_row_by_row(spark, tmp_path):
     sides = sorted(problem.split(", ", 1)[1].partition(": ")[0] for problem in problems)
     assert checked == 1 and sides == 3 * ["in Spark's recompute, not in the MV (1x)"] + \
         3 * ["in the MV, not in Spark's recompute (1x)"], problems
+
+
+NESTED_QUERY = "SELECT id, outer FROM source"
+NESTED_SCHEMA = "id BIGINT, outer STRUCT<tags: MAP<STRING, MAP<STRING, INT>>, lists: ARRAY<MAP<INT, STRING>>>"
+NESTED_ROWS = [
+    (1, ({"a": {"x": 1, "y": 2}, "b": {}}, [{1: "one", 2: "two"}, {3: None}])),
+    (2, None),
+    (3, (None, [None, {4: "four", 5: "five"}])),
+]
+
+
+def _reversed_maps(frame: DataFrame) -> DataFrame:
+    """`frame` with every map's entries in reverse order, at each depth."""
+    def flipped(column):
+        return F.map_from_entries(F.reverse(F.map_entries(column)))
+
+    tags = F.transform_values(flipped(F.col("outer.tags")), lambda _, inner: flipped(inner))
+    lists = F.transform(F.col("outer.lists"), flipped)
+    rebuilt = F.when(F.col("outer").isNull(), F.lit(None)).otherwise(F.struct(tags.alias("tags"), lists.alias("lists")))
+    return frame.withColumn("outer", rebuilt)
+
+
+def test_nested_maps_in_another_order_pass_and_a_nested_value_off_is_named(spark, tmp_path):
+    upstream = str(tmp_path / "upstream")
+    spark.createDataFrame(NESTED_ROWS, NESTED_SCHEMA).write.format("delta").save(upstream)
+    stored = spark.read.format("delta").load(upstream)
+    reordered = _reversed_maps(stored)
+    as_json = [row[0] for row in reordered.orderBy("id").select(F.to_json("outer")).collect()]
+    assert as_json != [row[0] for row in stored.orderBy("id").select(F.to_json("outer")).collect()]
+    target = str(tmp_path / "mv")
+    reordered.write.format("delta").option("txnAppId", APP).option("txnVersion", 0).save(target)
+    assert differences(spark, target, APP, NESTED_QUERY, {"source": upstream}) == ([], 1)
+
+    off = str(tmp_path / "mv_off")  # one inner value off, and a NULL struct as a struct of NULLs
+    rows = [(1, ({"a": {"x": 1, "y": 3}, "b": {}}, [{1: "one", 2: "two"}, {3: None}])), (2, (None, None)),
+            NESTED_ROWS[2]]
+    spark.createDataFrame(rows, NESTED_SCHEMA).write.format("delta").option("txnAppId", APP) \
+        .option("txnVersion", 0).save(off)
+    problems, checked = differences(spark, off, APP, NESTED_QUERY, {"source": upstream})
+    sides_and_rows = sorted((problem.split(", ", 1)[1].partition(" (")[0], problem.partition(": ")[2][:8])
+                            for problem in problems)
+    assert checked == 1 and sides_and_rows == [
+        ("in Spark's recompute, not in the MV", '{"id":1,'), ("in Spark's recompute, not in the MV", '{"id":2}'),
+        ("in the MV, not in Spark's recompute", '{"id":1,'), ("in the MV, not in Spark's recompute", '{"id":2,'),
+    ], problems
