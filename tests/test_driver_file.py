@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from decimal import Decimal
 
 import pyarrow as pa
@@ -114,3 +115,15 @@ def test_rows_that_do_not_fit_the_table_are_left_to_spark(spark, tmp_path):
 
 def test_sessions_write_checksums_without_renaming_through_file_context(spark):
     assert spark.conf.get(CHECKPOINT_FILE_MANAGER).endswith("FileSystemBasedCheckpointFileManager")
+
+
+def test_delta_log_entries_on_local_tables_have_no_hadoop_checksum_files(spark, tmp_path):
+    """Hadoop's checksummed local file system writes `.<name>.crc` beside each file (and
+    starts a process for each); the sessions write Delta's log through the raw one. Delta's
+    own version checksums (`<version>.crc`, no leading dot) stay."""
+    uri = str(tmp_path / "t")
+    spark.range(3).write.format("delta").save(uri)
+    spark.range(2).write.format("delta").mode("append").save(uri)
+    names = os.listdir(os.path.join(uri, "_delta_log"))
+    assert [name for name in names if name.startswith(".") and name.endswith(".json.crc")] == []
+    assert "00000000000000000001.json" in names and spark.read.format("delta").load(uri).count() == 5

@@ -68,8 +68,8 @@ def s3a_classpath_conf() -> dict[str, str]:
 
 def delta_spark_conf() -> dict[str, str]:
     """Spark settings for Delta Lake: the jars (when not provided), its SQL extension and
-    catalog, the S3A classpath (when installed) and the setting that keeps its checksums
-    from starting processes (`commit_settings`)."""
+    catalog, the S3A classpath (when installed) and the settings that keep its commits on
+    local tables from starting processes (`commit_settings`)."""
     conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
             **commit_settings()}
     jars = delta_jars()
