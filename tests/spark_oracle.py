@@ -65,10 +65,27 @@ def mv_versions(target: str, app_id: str, upstreams: Mapping[str, str]) -> list[
     return found
 
 
-def recomputed(spark: SparkSession, query: str, upstreams: Mapping[str, str], versions: Mapping[str, int]) -> DataFrame:
+class VersionReads:
+    """Each table version read once: Delta rebuilds a version's state (three Spark jobs)
+    for every new read of it, and the MVs of one run read the same upstream versions, and
+    an MV over an MV reads the versions checked for the MV below it."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.read: dict[tuple[str, int], DataFrame] = {}
+
+    def __call__(self, uri: str, version: int) -> DataFrame:
+        if (uri, version) not in self.read:
+            self.read[uri, version] = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
+        return self.read[uri, version]
+
+
+def recomputed(spark: SparkSession, query: str, upstreams: Mapping[str, str], versions: Mapping[str, int],
+               reads: VersionReads | None = None) -> DataFrame:
     """The query over each upstream as of its version (bound under the name the query reads)."""
+    reads = reads or VersionReads(spark)
     for name, uri in upstreams.items():
-        spark.read.format("delta").option("versionAsOf", versions[name]).load(uri).createOrReplaceTempView(name)
+        reads(uri, versions[name]).createOrReplaceTempView(name)
     return spark.sql(query)  # analysed now: replacing the views later changes nothing
 
 
@@ -113,8 +130,8 @@ def canonical(frame: DataFrame) -> DataFrame:
     return frame.select(F.to_json(row, JSON_OPTIONS).alias("__row"))
 
 
-def differences(spark: SparkSession, target: str, app_id: str, query: str,
-                upstreams: Mapping[str, str]) -> tuple[list[str], int]:
+def differences(spark: SparkSession, target: str, app_id: str, query: str, upstreams: Mapping[str, str],
+                reads: VersionReads | None = None) -> tuple[list[str], int]:
     """What differs between each MV version and Spark's recompute at its upstream versions
     (empty: every version equals it), and how many versions were compared. All versions
     are compared in one Spark job (one per MV: a union of several MVs' plans takes longer
@@ -123,11 +140,12 @@ def differences(spark: SparkSession, target: str, app_id: str, query: str,
 
     versions = mv_versions(target, app_id, upstreams)
     assert versions, f"{target} has no version with a watermark"
+    reads = reads or VersionReads(spark)
     problems: list[str] = []
     parts = []
     for entry in versions:
-        actual = spark.read.format("delta").option("versionAsOf", entry.version).load(target)
-        expected = recomputed(spark, query, upstreams, entry.upstream_versions)
+        actual = reads(target, entry.version)
+        expected = recomputed(spark, query, upstreams, entry.upstream_versions, reads)
         shape = [(f.name, f.dataType.simpleString()) for f in actual.schema.fields]
         wanted = [(f.name, f.dataType.simpleString()) for f in expected.schema.fields]
         if shape != wanted:
@@ -153,10 +171,11 @@ def check_manifest(spark: SparkSession, manifest: Mapping) -> tuple[list[str], i
     """Every MV of a harness run's manifest (tests/differential_run.py) against Spark's
     recompute: (the differences found, the MV versions checked)."""
     problems, checked = [], 0
+    reads = VersionReads(spark)
     for run in manifest["runs"]:
         for name, mv in run["mvs"].items():
             upstreams = mv["sources"] or {"source": mv["source"]}
-            found, compared = differences(spark, mv["target"], mv["app_id"], mv["query"], upstreams)
+            found, compared = differences(spark, mv["target"], mv["app_id"], mv["query"], upstreams, reads)
             problems += [f"{run['policy']} {name}: {problem}" for problem in found]
             checked += compared
     return problems, checked
