@@ -63,7 +63,7 @@ def mv_specs(root: str, tables: dict[str, str]) -> dict[str, dict[str, Any]]:
         "over_grouped": {"source": f"{root}/grouped", "primary_key": ["grp"],
                          "query": "SELECT grp, n, first_ts, last_ntz, total FROM source WHERE n > 1"},
         "joined": {"sources": both, "query": (
-            "SELECT t.id, t.ts, t.dec, t.st, t.ntz, t.mp, t.arr, d.label, d.since, d.weight "
+            "SELECT t.id, t.ts, t.dec, t.st, t.ntz, t.mp, t.arr, d.label, d.since, d.weight, d.ratio "
             "FROM t LEFT JOIN dims d ON t.bid = d.bid")},
         "joined_grouped": {"sources": both, "query": (
             "SELECT d.label, COUNT(*) AS n, SUM(t.money) AS money, SUM(t.sm) AS sms, AVG(t.money) AS avg_money "

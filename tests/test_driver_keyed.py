@@ -63,15 +63,73 @@ def test_keyed_changes_by_arrow_equal_spark(spark):
     assert {(row["k"], row["__present"]) for row in by_arrow.collect()} == {(1, True), (3, True), (5, None), (6, None)}
 
 
-@pytest.mark.parametrize("case", ["repeated key", "NULL key", "floating column", "leaving typed otherwise"])
+TYPED_SIGNED = "k timestamp, line int, x double, y float, at timestamp, wall timestamp_ntz, __sign int"
+TYPED_QUERY = "SELECT k, line, x, y, at, wall, x * 2 AS x2 FROM source"
+NAN = float("nan")
+UTC = datetime.UTC
+
+
+def _instant(*parts: int) -> datetime.datetime:
+    return datetime.datetime(*parts, tzinfo=UTC)
+
+
+TYPED_ROWS = [
+    (_instant(2024, 3, 10, 7, 0), 1, 0.0, -0.0, _instant(1850, 1, 1, 12), datetime.datetime(2024, 3, 10, 2, 30), -1),
+    (_instant(2024, 3, 10, 7, 0), 1, -0.0, -0.0, _instant(1850, 1, 1, 12), datetime.datetime(2024, 3, 10, 2, 30), 1),
+    (_instant(2024, 11, 3, 5, 30), 1, NAN, NAN, None, None, -1),  # a NaN for a NaN: the same row
+    (_instant(2024, 11, 3, 5, 30), 1, NAN, NAN, None, None, 1),
+    (_instant(2024, 11, 3, 6, 30), 2, float("inf"), None, _instant(2024, 11, 3, 5, 30), None, 1),
+    (_instant(1883, 11, 18, 17, 0), 2, 5e-324, 1.5, _instant(2024, 3, 10, 7), datetime.datetime(1, 1, 1), -1),
+]
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Kolkata", "UTC"])
+def test_keyed_changes_of_floats_and_timestamps_by_arrow_equal_spark(spark, zone):
+    """Floats keep the sign of their zero and every NaN is one value, timestamps (the MV
+    key among them) are instants: counted by Arrow as Spark counts them, whatever the
+    time zone of the process."""
+    from process_zone import python_in_zone
+
+    plan = SimpleNamespace(flat=SimpleNamespace(query=TYPED_QUERY), mv_key=("k", "line"))
+    with python_in_zone(zone):
+        signed = _local(spark, TYPED_ROWS, TYPED_SIGNED)
+        mapped = apply_query(spark, signed, join_apply.signed_query(TYPED_QUERY))
+        by_arrow = keyed_changes_in_driver(mapped, None, plan.mv_key)
+        assert by_arrow is not None and is_local(by_arrow)
+        cached = signed.cache()
+        try:
+            by_spark = join_apply.keyed_changes(spark, plan, cached)
+            assert by_arrow.schema == by_spark.schema
+            exact = _sorted_exact(by_spark)
+            assert _sorted_exact(by_arrow) == exact
+        finally:
+            cached.unpersist()
+    assert {(row[1], row[2], row[-1]) for row in exact} == {
+        (1, "8000000000000000", True),  # 0.0 became -0.0: the key's row changed
+        (2, "7ff0000000000000", True), (2, "0000000000000001", None)}  # the NaN row netted away
+
+
+def _sorted_exact(frame):
+    """The rows with floats as their bits (-0.0 apart from 0.0), sorted."""
+    import struct
+
+    def exact(value):
+        if isinstance(value, float):
+            return "NaN" if value != value else struct.pack(">d", value).hex()
+        return value
+
+    return sorted((tuple(exact(v) for v in row) for row in frame.collect()), key=repr)
+
+
+@pytest.mark.parametrize("case", ["repeated key", "NULL key", "floating key", "leaving typed otherwise"])
 def test_what_arrow_would_not_count_as_spark_does_is_left_to_spark(spark, case):
     rows, leaving, query = list(ROWS), _local(spark, LEAVING, MV), PLAN.flat.query
     if case == "repeated key":
         rows.append((1, 1, Decimal("5.00"), D(1), 1))
     elif case == "NULL key":
         rows.append((None, 1, Decimal("5.00"), D(1), 1))
-    elif case == "floating column":
-        query = "SELECT k, line, CAST(v AS DOUBLE) AS amount, d FROM source"
+    elif case == "floating key":
+        query = "SELECT CAST(k AS DOUBLE) AS k, line, v AS amount, d FROM source"
         leaving = None
     else:
         leaving = _local(spark, [(5, 1, 8, D(5), -1)], "k long, line int, amount long, d date, __sign int")

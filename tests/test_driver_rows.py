@@ -22,6 +22,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_join,
     local_relation,
     select_columns,
+    union_rows,
 )
 from airflow_backfill.engine.delta.key_range import key_range, key_range_of_table
 
@@ -179,6 +180,40 @@ def test_held_rows_beyond_the_local_threshold_reach_spark_as_a_scan(spark):
         assert sorted(frame.collect()) == sorted(local.collect())
     finally:
         spark.conf.unset("spark.sql.execution.arrow.localRelationThreshold")
+
+
+def _bits(table):
+    """Arrow rows as Python values, floats as their bits (-0.0 apart from 0.0, NaN as itself)."""
+    import struct
+
+    return [{name: struct.pack(">d", value).hex() if isinstance(value, float) else value
+             for name, value in row.items()} for row in table.to_pylist()]
+
+
+def test_a_union_of_local_relations_is_sparks_union_and_stays_local(spark):
+    """Spark does not fold a union of local relations into one: Arrow concatenates them,
+    values exactly as Spark's union gives them, under a process time zone that is not UTC."""
+    from process_zone import python_in_zone
+
+    computed = _computed(spark)
+    typed = local_relation(spark, computed.toArrow(), computed.schema)
+    computed.unpersist()
+    first = typed.selectExpr("k", "d", "at", "CAST(k AS DOUBLE) * -0.0 AS f", "array(at) AS stamps")
+    second = typed.selectExpr("k", "d", "at", "CAST('NaN' AS DOUBLE) AS f", "array(at) AS stamps").where("k > 5")
+    with python_in_zone("Asia/Kolkata"), jobs_started(spark) as jobs:
+        union = union_rows([first, second, first])
+        assert is_local(union) and jobs() == 0
+        held = local_arrow(union)
+    expected = first.unionByName(second).unionByName(first)
+    assert not is_local(expected)  # what the Arrow union saves: every step after it would run a job
+    assert union.schema == expected.schema
+    assert held is not None and _bits(held) == _bits(expected.toArrow())
+    cached = spark.createDataFrame(first.toArrow(), first.schema).cache()
+    try:
+        not_local = union_rows([first, cached])
+        assert not is_local(not_local) and not_local.count() == 6
+    finally:
+        cached.unpersist()
 
 
 def test_local_rows_reach_arrow_without_a_job_as_instants_whatever_the_process_time_zone(spark):

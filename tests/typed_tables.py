@@ -33,7 +33,7 @@ TYPED_DDL = (
     "ts TIMESTAMP, ntz TIMESTAMP_NTZ, arr ARRAY<INT>, st STRUCT<x: INT, t: TIMESTAMP, m: DECIMAL(10,2)>, "
     "stamps ARRAY<TIMESTAMP>, mp MAP<STRING, INT>"
 )
-DIMS_DDL = "bid BIGINT NOT NULL, label STRING, since TIMESTAMP, weight DECIMAL(10,2)"
+DIMS_DDL = "bid BIGINT NOT NULL, label STRING, since TIMESTAMP, weight DECIMAL(10,2), ratio DOUBLE"
 
 INSTANTS = [
     dt.datetime(1850, 1, 1, 12, 0, tzinfo=UTC),  # local mean time in New York (-4:56:02)
@@ -87,7 +87,8 @@ def typed_schema() -> pa.Schema:
 
 def dims_schema() -> pa.Schema:
     return pa.schema([pa.field("bid", pa.int64(), nullable=False), pa.field("label", pa.string()),
-                      pa.field("since", pa.timestamp("us", tz="UTC")), pa.field("weight", pa.decimal128(10, 2))])
+                      pa.field("since", pa.timestamp("us", tz="UTC")), pa.field("weight", pa.decimal128(10, 2)),
+                      pa.field("ratio", pa.float64())])
 
 
 class TypedRows:
@@ -117,7 +118,7 @@ class TypedRows:
 
     def dims(self, bid: int) -> dict[str, Any]:
         return {"bid": bid, "label": self.rng.choice(LABELS), "since": self._maybe(self.rng.choice(INSTANTS)),
-                "weight": self._maybe(self.rng.choice(MONEY))}
+                "weight": self._maybe(self.rng.choice(MONEY)), "ratio": self._maybe(self.rng.choice(DOUBLES))}
 
 
 def arrow_rows(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:

@@ -216,6 +216,38 @@ def local_join(left: DataFrame, right: DataFrame, left_columns: list[str], right
     return None if joined is None else joined.local_frame(left.sparkSession)
 
 
+def union_rows(frames: list[DataFrame]) -> DataFrame:
+    """`frames` (the same columns, in the same order, of the same types) one after the
+    other, as Spark's `unionByName` gives them: concatenated by Arrow into one local
+    relation when the driver holds every one (Spark's optimizer does not fold a union of
+    local relations into one, so every step after it would run a job), else Spark's union."""
+    import pyarrow as pa
+    from pyspark.sql.types import StructField, StructType
+
+    first = frames[0]
+    local = None
+    if all([(f.name, f.dataType) for f in frame.schema.fields] == [(f.name, f.dataType) for f in first.schema.fields]
+           for frame in frames):
+        held = [held_rows(frame) for frame in frames]
+        if all(rows is not None for rows in held):
+            tables = [rows.table for rows in held if rows is not None]
+            target = pa.schema([field.with_nullable(True) for field in tables[0].schema])
+            try:
+                combined = pa.concat_tables([table.cast(target) for table in tables])
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                log.info("union left to Spark: %s", error)
+            else:
+                schema = StructType([StructField(f.name, f.dataType, any(frame.schema[i].nullable for frame in frames))
+                                     for i, f in enumerate(first.schema.fields)])
+                local = local_relation(first.sparkSession, combined, schema)
+    if local is not None:
+        return local
+    union = first
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
+
+
 def held_rows(frame: DataFrame) -> HeldRows | None:
     """`frame`'s rows as `HeldRows` when it is a local relation Arrow can carry
     (`local_arrow`), without a job; else None."""
@@ -308,6 +340,19 @@ def distinct_rows(frame: DataFrame, columns: list[str], names: list[str] | None 
 def row_count(frame: DataFrame) -> int:
     """`frame`'s rows: counted by the driver when it is local, else by a Spark job."""
     return local_relation_rows(frame) if is_local(frame) else frame.count()
+
+
+def one_nan(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A floating-point column with every NaN made the one NaN Spark writes (other columns
+    as they are). Why: Arrow groups and joins floats by their bits, where Spark takes every
+    NaN as one value; with one NaN, Arrow's grouping is the exact grouping of
+    `exact_values.grouping_value` (NaN with NaN, -0.0 apart from 0.0)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not _floating(column.type):
+        return column
+    return pc.if_else(pc.is_nan(column), pa.scalar(float("nan"), column.type), column)
 
 
 def _floating(data_type: pa.DataType) -> bool:

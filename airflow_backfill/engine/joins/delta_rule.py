@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.change_feed import ARRIVING, CHANGE_TYPE, LEAVING, read_change_feed
 from airflow_backfill.engine.delta.driver_feed import HeldFeed, feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import held_in_driver, local_relation, row_count
+from airflow_backfill.engine.delta.driver_rows import (
+    held_in_driver,
+    local_relation,
+    one_nan,
+    row_count,
+    union_rows,
+)
 from airflow_backfill.engine.joins.relation import (
     Reader,
     flat_schema,
@@ -99,7 +105,7 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
             frame.unpersist()
         raise
     # Read once, by the aggregate's fold or the stateless round's held keyed changes: not cached.
-    rows = functools.reduce(lambda a, b: a.unionByName(b), terms) if terms else no_rows(spark, job, plan, new)
+    rows = union_rows(terms) if terms else no_rows(spark, job, plan, new)
     return JoinChanges(rows, change_rows, cached)
 
 
@@ -129,19 +135,18 @@ def netted_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index:
 
 def _netted_in_driver(spark: SparkSession, held: HeldFeed, own: list[str], flat: list[str]) -> DataFrame | None:
     """The held feed's rows signed and netted per whole row by Arrow, as a local relation
-    with the same rows as Spark's netting (no job); None for floating-point columns (Spark
-    groups NaN and -0.0 otherwise) or types Arrow does not group."""
+    with the same rows as Spark's netting (no job); None for types Arrow does not group
+    (nested ones). Arrow groups a float by its bits, as the netting's `grouped_rows` does
+    (-0.0 apart from 0.0) once every NaN is the one NaN (`one_nan`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     rows = held.table
-    if any(pa.types.is_floating(rows.schema.field(c).type) for c in own):
-        return None
     kinds = rows.column(CHANGE_TYPE)
     sign = pc.if_else(pc.is_in(kinds, pa.array(ARRIVING)), 1,
                       pc.if_else(pc.is_in(kinds, pa.array(LEAVING)), -1, pa.scalar(None, pa.int64())))
-    signed = pa.table([*(rows.column(c) for c in own), sign], names=[*flat, SIGN]).filter(pc.is_valid(sign))
+    signed = pa.table([*(one_nan(rows.column(c)) for c in own), sign], names=[*flat, SIGN]).filter(pc.is_valid(sign))
     try:
         summed = signed.group_by(flat, use_threads=False).aggregate([(SIGN, "sum")])
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

@@ -8,10 +8,13 @@ flat query's projection and WHERE over the local rows without a job; Arrow count
 rows, and finds each key's arriving row, here. The result is a local relation, so the
 write's plans that follow run no job either.
 
-What Arrow would not do exactly as Spark does is left to Spark (None): floating-point or
-timestamp columns (Spark groups NaN and -0.0 as one value; timestamps are collected as
-local times), a NULL in the MV key (Spark's window groups it, Arrow's join drops it), and
-any repeated key, whose error Spark's evaluation raises with the key named.
+Rows are counted by their exact values, as `grouped_rows` counts them: a float by its
+bits once every NaN is the one NaN (`one_nan`), so -0.0 stays apart from 0.0; timestamps
+are their microseconds (the JVM converts the local rows to Arrow: no local time is
+involved). What Arrow would not do exactly as Spark does is left to Spark (None): a
+floating-point MV key (Spark's window takes -0.0 for 0.0), a NULL in the MV key (Spark's
+window groups it, Arrow's join drops it), and any repeated key, whose error Spark's
+evaluation raises with the key named.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.commits import PRESENT
-from airflow_backfill.engine.delta.driver_rows import local_arrow, local_relation
+from airflow_backfill.engine.delta.driver_rows import local_arrow, local_relation, one_nan
 from airflow_backfill.engine.rounds.changes import SIGN
 
 if TYPE_CHECKING:
@@ -72,17 +75,18 @@ def keyed_changes_in_driver(mapped: DataFrame, leaving: DataFrame | None, mv_key
 
 
 def _countable(schema: object, columns: list[str], mv_key: tuple[str, ...]) -> bool:
-    from pyspark.sql.types import DoubleType, FloatType, StructType, TimestampNTZType, TimestampType
+    from pyspark.sql.types import DoubleType, FloatType, StructType
 
     assert isinstance(schema, StructType)
-    return not any(isinstance(schema[name].dataType, (DoubleType, FloatType, TimestampType, TimestampNTZType))
-                   for name in columns) and all(name in columns for name in mv_key)
+    return all(name in columns and not isinstance(schema[name].dataType, (DoubleType, FloatType)) for name in mv_key)
 
 
 def _counted(signed: pa.Table, columns: list[str]) -> pa.Table:
     """Each distinct row with the sum of its signs, where that is not zero."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    signed = pa.table([*(one_nan(signed[name]) for name in columns), signed[SIGN]], names=[*columns, SIGN])
     grouped = signed.group_by(columns, use_threads=False).aggregate([(SIGN, "sum")])
     counted = grouped.select([*columns, f"{SIGN}_sum"]).rename_columns([*columns, _COUNT])
     return counted.filter(pc.not_equal(counted[_COUNT], 0))
