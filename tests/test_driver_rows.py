@@ -115,6 +115,9 @@ def test_what_the_driver_does_not_join_is_left_to_spark(spark):
     assert local_join(left, spark.range(3).selectExpr("id AS k2"), ["k"], ["k2"], "inner") is None  # not local
     assert local_join(left, _local(spark, [(1, "b")], "k long, s string"), ["k"], ["k"], "inner") is None  # names
     assert local_join(left, _local(spark, [(1, "b")], "k long, s string"), ["k"], ["k"], "left_anti") is not None
+    zero, negative_zero = _local(spark, [(0.0, "a")], "f double, s string"), _local(spark, [(-0.0, 1)], "g double, n long")
+    assert local_join(zero, negative_zero, ["f"], ["g"], "inner") is None  # Arrow matches floats by their bits
+    assert zero.join(negative_zero, zero.f == negative_zero.g).count() == 1  # where Spark takes -0.0 for 0.0
     timed = spark.createDataFrame([(1, datetime.datetime(2020, 1, 1))], "k long, t timestamp")
     assert local_arrow(timed) is None  # collected as local times, where Arrow holds instants
 

@@ -288,12 +288,16 @@ class HeldRows:
         """These rows joined with `other` as Spark joins them (`how`: inner, left, left_anti
         or left_semi; NULL never equals), by Arrow's hash join; None when Spark must join
         them (overlapping column names, more than `sizes.driver_join_rows` rows, a type
-        Arrow does not join)."""
+        Arrow does not join, floating-point keys: Arrow matches them by their bits, Spark
+        takes -0.0 for 0.0)."""
         import pyarrow as pa
         from pyspark.sql.types import StructField, StructType
 
         keeps_right = how in ("inner", "left")
         if keeps_right and set(self.schema.names) & set(other.schema.names):
+            return None
+        if any(_floating(self.table.schema.field(c).type) for c in left_columns) or \
+                any(_floating(other.table.schema.field(c).type) for c in right_columns):
             return None
         if self.table.num_rows + other.table.num_rows > sizes().driver_join_rows:
             return None
