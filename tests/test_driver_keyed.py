@@ -8,6 +8,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 import pytest
+from float_bits import exact_rows
 
 from airflow_backfill.engine.delta.commits import repeated_key_named
 from airflow_backfill.engine.delta.driver_rows import is_local, local_relation
@@ -100,25 +101,13 @@ def test_keyed_changes_of_floats_and_timestamps_by_arrow_equal_spark(spark, zone
         try:
             by_spark = join_apply.keyed_changes(spark, plan, cached)
             assert by_arrow.schema == by_spark.schema
-            exact = _sorted_exact(by_spark)
-            assert _sorted_exact(by_arrow) == exact
+            exact = exact_rows(by_spark)
+            assert exact_rows(by_arrow) == exact
         finally:
             cached.unpersist()
     assert {(row[1], row[2], row[-1]) for row in exact} == {
         (1, "8000000000000000", True),  # 0.0 became -0.0: the key's row changed
         (2, "7ff0000000000000", True), (2, "0000000000000001", None)}  # the NaN row netted away
-
-
-def _sorted_exact(frame):
-    """The rows with floats as their bits (-0.0 apart from 0.0), sorted."""
-    import struct
-
-    def exact(value):
-        if isinstance(value, float):
-            return "NaN" if value != value else struct.pack(">d", value).hex()
-        return value
-
-    return sorted((tuple(exact(v) for v in row) for row in frame.collect()), key=repr)
 
 
 @pytest.mark.parametrize("case", ["repeated key", "NULL key", "floating key", "leaving typed otherwise"])

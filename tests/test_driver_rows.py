@@ -8,6 +8,7 @@ import datetime
 from decimal import Decimal
 
 import pytest
+from float_bits import exact_value
 from size_overrides import set_sizes
 from spark_job_count import jobs_started
 
@@ -185,12 +186,8 @@ def test_held_rows_beyond_the_local_threshold_reach_spark_as_a_scan(spark):
         spark.conf.unset("spark.sql.execution.arrow.localRelationThreshold")
 
 
-def _bits(table):
-    """Arrow rows as Python values, floats as their bits (-0.0 apart from 0.0, NaN as itself)."""
-    import struct
-
-    return [{name: struct.pack(">d", value).hex() if isinstance(value, float) else value
-             for name, value in row.items()} for row in table.to_pylist()]
+def _exact(table):
+    return [{name: exact_value(value) for name, value in row.items()} for row in table.to_pylist()]
 
 
 def test_a_union_of_local_relations_is_sparks_union_and_stays_local(spark):
@@ -210,7 +207,7 @@ def test_a_union_of_local_relations_is_sparks_union_and_stays_local(spark):
     expected = first.unionByName(second).unionByName(first)
     assert not is_local(expected)  # what the Arrow union saves: every step after it would run a job
     assert union.schema == expected.schema
-    assert held is not None and _bits(held) == _bits(expected.toArrow())
+    assert held is not None and _exact(held) == _exact(expected.toArrow())
     cached = spark.createDataFrame(first.toArrow(), first.schema).cache()
     try:
         not_local = union_rows([first, cached])

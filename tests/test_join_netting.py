@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from float_bits import exact_rows, float_bits
 from process_zone import python_in_zone
 
 from airflow_backfill.engine.delta.driver_rows import is_local
@@ -44,17 +45,6 @@ def _row(rng: random.Random, key: int) -> tuple[Any, ...]:
                                                                                              tzinfo=dt.UTC), None]),
             rng.choice([dt.datetime(2024, 11, 3, 1, 30), None]), rng.choice([dt.date(1, 1, 1), dt.date(2024, 2, 29), None]),
             rng.choice([Decimal("-0.0001"), Decimal("12345678901234.5678"), None]))
-
-
-def _exact(value: Any) -> Any:
-    """A value compared by its bits where floats are concerned (-0.0 apart from 0.0)."""
-    if isinstance(value, float):
-        return "NaN" if value != value else struct.pack(">d", value).hex()
-    return value
-
-
-def _rows(frame: Any) -> list[tuple[Any, ...]]:
-    return sorted((tuple(_exact(v) for v in row) for row in frame.collect()), key=repr)
 
 
 def _upsert(spark: Any, uri: str, rows: list[tuple[Any, ...]]) -> None:
@@ -111,10 +101,10 @@ def test_rows_netted_by_arrow_equal_sparks_netting_in_every_zone(spark, tmp_path
             in_driver = netted_changes(spark, job, plan, index, old, new)
             assert is_local(in_driver) and not is_local(by_spark)  # each side took the path it stands for
             assert in_driver.schema == by_spark.schema
-            netted = _rows(by_spark)
-            assert _rows(in_driver) == netted, zone
+            netted = exact_rows(by_spark)
+            assert exact_rows(in_driver) == netted, zone
     by_spark.unpersist()
-    zero, negative_zero = struct.pack(">d", 0.0).hex(), struct.pack(">d", -0.0).hex()
+    zero, negative_zero = float_bits(0.0), float_bits(-0.0)
     assert (1, zero, -1) in {(row[0], row[1], row[-1]) for row in netted}  # the sign of zero changed the row
     assert (1, negative_zero, 1) in {(row[0], row[1], row[-1]) for row in netted}
     assert 2 not in {row[0] for row in netted}  # a NaN for a NaN: the same row
