@@ -89,6 +89,38 @@ def test_logs_snapshots_and_checksums(spark, tmp_path):
     assert [field["name"] for field in json.loads(internals.table_schema_json(snapshot))["fields"]] == ["k", "s"]
 
 
+def test_the_held_snapshot_is_taken_only_while_its_commit_is_the_tables_newest(spark, tmp_path):
+    """After this process's commit, the snapshot Delta holds is taken without listing the
+    log; a commit of another writer, or the table deleted and made again at the same
+    version, makes the log be listed again (and a transaction start there)."""
+    import shutil
+
+    from deltalake import write_deltalake
+
+    from airflow_backfill.engine.delta.log import still_newest
+
+    uri = str(tmp_path / "t")
+    _table(spark, uri)
+    spark.range(4, 6).selectExpr("id AS k", "CAST(id AS STRING) AS s").write.format("delta").mode("append").save(uri)
+    log, snapshot = internals.latest_snapshot(spark, uri, still_newest(uri))
+    assert snapshot.equals(log.unsafeVolatileSnapshot()) and internals.snapshot_version(snapshot) == 1
+
+    write_deltalake(uri, pa.table({"k": pa.array([9], pa.int64()), "s": ["9"]}), mode="append")
+    _, snapshot = internals.latest_snapshot(spark, uri, still_newest(uri))
+    assert internals.snapshot_version(snapshot) == 2
+    assert DeltaTransaction(spark, uri, "app", still_newest(uri)).snapshot.version() == 2
+
+    shutil.rmtree(uri)  # made again, at the version the JVM holds, with other rows
+    write_deltalake(uri, pa.table({"k": pa.array([1], pa.int64()), "s": ["a"]}))
+    write_deltalake(uri, pa.table({"k": pa.array([2], pa.int64()), "s": ["b"]}), mode="append")
+    write_deltalake(uri, pa.table({"k": pa.array([3], pa.int64()), "s": ["c"]}), mode="append")
+    log, snapshot = internals.latest_snapshot(spark, uri, still_newest(uri))
+    assert internals.snapshot_version(snapshot) == 2
+    files = internals.checksum_files(snapshot)
+    rows = internals.files_frame(spark, log, snapshot, files[0]) if files else spark.read.format("delta").load(uri)
+    assert sorted(row.k for row in rows.collect()) == [1, 2, 3]
+
+
 def test_a_transaction_of_the_engines_own(spark, tmp_path):
     """Files written by the transaction, one file replaced by the driver's add action, rows
     of another marked in a deletion vector, committed in one log entry with the app

@@ -13,8 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -150,13 +151,48 @@ def make_active(spark: SparkSession) -> None:
           lambda: java_class(jvm, "org.apache.spark.sql.SparkSession").setActiveSession(spark._jsparkSession))
 
 
-def latest_snapshot(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+@dataclass(frozen=True)
+class CommitFile:
+    """The commit file a snapshot ends with (`_delta_log/<version>.json`), as its file
+    status tells it apart from a file written later at the same path."""
+
+    version: int
+    size: int
+    modified_ms: int
+
+
+IsNewest = Callable[[CommitFile], bool]
+"""Whether a commit file is still the table's newest, asked of its storage."""
+
+
+def latest_snapshot(spark: SparkSession, uri: str, is_newest: IsNewest | None = None) -> tuple[Any, Any]:
     """Delta's log of the table at `uri` and its latest snapshot, without rebuilding the
-    table's state (`DeltaLog.update`)."""
-    jvm: Any = spark._jvm
+    table's state: the snapshot the JVM holds when `is_newest` says the commit it ends
+    with is still the table's newest, else the log listed again (`DeltaLog.update`)."""
     log = delta_log(spark, uri)
-    none = scala_none(jvm)
+    held = held_snapshot(log, is_newest) if is_newest is not None else None
+    if held is not None:
+        return log, held
+    none = scala_none(spark._jvm)
     return log, _call("DeltaLog.update", log.update, False, none, none)
+
+
+def held_snapshot(log: Any, is_newest: IsNewest) -> Any | None:
+    """The snapshot Delta holds for the table (`DeltaLog.unsafeVolatileSnapshot`: after a
+    commit of this process, the committed version) when `is_newest` says the commit file it
+    ends with is the table's newest; None otherwise. Why: `DeltaLog.update` lists the whole
+    `_delta_log` folder of a table on a file system (15 - 50 ms, growing with the table's
+    commits), twice or more a round, where two file statuses tell the same for a table only
+    this process writes."""
+    snapshot = _call("DeltaLog.unsafeVolatileSnapshot", log.unsafeVolatileSnapshot)
+    version = snapshot_version(snapshot)
+    deltas = _call("LogSegment.deltas", lambda: snapshot.logSegment().deltas())
+    if version < 0 or deltas.isEmpty():  # no table, or a snapshot that ends at a checkpoint
+        return None
+    last = deltas.last()
+    held = CommitFile(version, int(_call("FileStatus.getLen", last.getLen)),
+                      int(_call("FileStatus.getModificationTime", last.getModificationTime)))
+    return snapshot if is_newest(held) else None
 
 
 def snapshot_version(snapshot: Any) -> int:
@@ -214,11 +250,19 @@ class DeltaTransaction:
     """Delta's `OptimisticTransaction` on one table, opened, written to and committed by the
     engine itself (`delta/transaction_write.py` says why): its conflict checks are Delta's."""
 
-    def __init__(self, spark: SparkSession, uri: str, app_id: str) -> None:
+    def __init__(self, spark: SparkSession, uri: str, app_id: str, is_newest: IsNewest | None = None) -> None:
+        """Start at the snapshot the JVM holds when `is_newest` says it is the latest
+        (`held_snapshot`), else at the log listed again."""
         self._spark = spark
         self._jvm: Any = spark._jvm
         self.log = delta_log(spark, uri)
-        self._java = _call("DeltaLog.startTransaction", self.log.startTransaction)
+        held = held_snapshot(self.log, is_newest) if is_newest is not None else None
+        if held is None:
+            self._java = _call("DeltaLog.startTransaction", self.log.startTransaction)
+        else:
+            option = java_class(self._jvm, "scala.Option")
+            self._java = _call("DeltaLog.startTransaction", self.log.startTransaction, option.apply(None),
+                               option.apply(held))
         _call("OptimisticTransaction.readTxn", lambda: self._java.readTxn().append(app_id))  # commits of app_id conflict
         self.creating = int(_call("OptimisticTransaction.readVersion", self._java.readVersion)) < 0
 

@@ -111,6 +111,25 @@ def identity(uri: str) -> tuple[int, ...] | None:
 
 
 @names_failures("read")
+def size_and_modified_ms(uri: str) -> tuple[int, int] | None:
+    """The file's size and last modification (milliseconds, as Hadoop's file statuses give
+    it); None when there is no such file."""
+    if not is_object_store(uri):
+        try:
+            stat = os.stat(uri.removeprefix("file://"))
+        except FileNotFoundError:
+            return None
+        return stat.st_size, stat.st_mtime_ns // 1_000_000
+    from pyarrow.fs import FileType
+
+    filesystem, path = _remote(uri)
+    info = filesystem.get_file_info(path)
+    if info.type == FileType.NotFound:
+        return None
+    return info.size or 0, (info.mtime_ns or 0) // 1_000_000
+
+
+@names_failures("read")
 def size(uri: str) -> int:
     if not is_object_store(uri):
         return os.path.getsize(uri.removeprefix("file://"))

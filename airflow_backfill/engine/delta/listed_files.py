@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+from airflow_backfill.engine.delta.log import still_newest
 from airflow_backfill.engine.internals import (
     added_file,
     checksum_files,
@@ -56,7 +57,7 @@ def read_table(spark: SparkSession, uri: str, version: int | None = None) -> Dat
     """The Delta table at `uri` as of `version` (None: its latest version), pinned to that
     version's files: from the checksum's file list when the version is the latest and its
     checksum lists its files, else through Delta's reader."""
-    log, snapshot = latest_snapshot(spark, uri)
+    log, snapshot = latest_snapshot(spark, uri, still_newest(uri))
     files = listed_files(snapshot) if version is None or snapshot_version(snapshot) == version else None
     if files is None:
         pinned = snapshot_version(snapshot) if version is None else version
@@ -85,7 +86,7 @@ def listed_rows(spark: SparkSession, uri: str, version: int | None, schema: Stru
     import pyarrow as pa
     from pyspark.errors import PySparkException
 
-    _, snapshot = latest_snapshot(spark, uri)
+    _, snapshot = latest_snapshot(spark, uri, still_newest(uri))
     listed = listed_files(snapshot) if version is None or snapshot_version(snapshot) == version else None
     if listed is None:
         return None

@@ -18,6 +18,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from airflow_backfill.engine.internals import CommitFile, IsNewest
 from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.storage import files
 from airflow_backfill.storage.failures import names_failures
@@ -90,6 +91,20 @@ def load_table(uri: str) -> DeltaTable:
     table = delta_table(uri)
     cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
     return table
+
+
+def still_newest(uri: str) -> IsNewest:
+    """Whether a commit file of the table at `uri` is still its newest: the file at its
+    version is that one (same size and modification time), and no commit followed it. A
+    commit writes its file whole under its final name, so these two file statuses tell
+    what a listing of the log would."""
+    def is_newest(commit: CommitFile) -> bool:
+        folder = join(uri, "_delta_log")
+        return (files.size_and_modified_ms(join(folder, f"{commit.version:020d}.json"))
+                == (commit.size, commit.modified_ms)
+                and not files.exists(join(folder, f"{commit.version + 1:020d}.json")))
+
+    return is_newest
 
 
 def _commit_identity(uri: str, version: int) -> tuple[int, ...] | None:

@@ -43,7 +43,7 @@ from airflow_backfill.engine.delta import commit_fence
 from airflow_backfill.engine.delta.driver_file import writable, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files
 from airflow_backfill.engine.delta.listed_replace import replace_listed
-from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.delta.log import load_table, still_newest
 from airflow_backfill.engine.internals import (
     DeltaTransaction,
     scala_items,
@@ -118,7 +118,8 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
             app_id: str, version: int, user_metadata: str, replaced: str | None = None,
             before_commit: Callable[[], None] | None = None, rows: pa.Table | None = None,
             new_table_properties: Mapping[str, str] | None = None) -> bool | None:
-    transaction = DeltaTransaction(spark, uri, app_id)  # a concurrent commit of the same app id now conflicts
+    # A concurrent commit of the same app id now conflicts.
+    transaction = DeltaTransaction(spark, uri, app_id, still_newest(uri))
     if transaction.creating and new_table_properties is None:
         raise TableNotFoundError(f"no Delta table at {uri} to write to")
     recorded = None if transaction.creating else load_table(uri).transaction_version(app_id)
