@@ -1,4 +1,5 @@
-"""Start a catch-up's driver JVM with the quick JIT compiler when its change is small.
+"""Start a driver JVM with the quick JIT compiler: a catch-up's when its change is small,
+the shared forward's unless told otherwise.
 
 See airflow_backfill/engine/launch/jit.py for why and the measured figures. The choice is
 made in the task before spark-submit, from the upstreams' logs (no Spark), and goes into
@@ -24,16 +25,20 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 
 
-def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob, mode: str) -> None:
+def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob | None, mode: str) -> None:
     """Add the quick compiler to the operator's driver options when `mode` asks for it, or
-    under `auto` when the pending change is small; log the choice and what it rests on."""
+    under `auto` when the pending change of `job` is small; log the choice and what it
+    rests on."""
     conf = dict(operator.conf or {})
     if mode == FULL:
+        operator.log.info("driver JIT: optimising compiler (driver_jit='full')")
         return
     if sets_own_jit(conf.get(DRIVER_JAVA_OPTIONS), conf.get(DRIVER_DEFAULT_JAVA_OPTIONS)):
         operator.log.info("driver JIT: the driver's Java options choose it")
         return
     if mode == AUTO:
+        if job is None:
+            raise ValueError("driver_jit 'auto' judges one job's pending change: pass the job")
         hook = DeltaBackfillHook.for_job(job)
         try:
             change = pending_change(hook.upstreams, hook.watermarks())

@@ -12,9 +12,11 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_backfill.engine.delta.jars import delta_spark_conf
+from airflow_backfill.engine.launch.jit import QUICK, check_shared_forward_mode
 from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import validate_parallelism, validate_seconds, validate_whole_number
+from airflow_backfill.operators.driver_jit_launch import choose_driver_jit
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import DEFAULT_STOP_TIMEOUT, entry_point
 
@@ -31,6 +33,10 @@ class SharedForwardOperator(SparkSubmitOperator):
         (templated; default: none).
     :param max_seconds: stop after this many seconds (templated; tests and benchmarks).
     :param stop_timeout: seconds the rounds in flight get to commit once the task is stopped.
+    :param driver_jit: `quick` (default) starts the driver JVM with the quick JIT compiler
+        alone: the rounds are small and varied, and the optimising compiler's work costs more
+        CPU than its code saves (airflow_backfill/engine/launch/jit.py); `full` keeps both.
+        JIT options in the user's driver options always win.
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "status_file", "max_seconds")
@@ -45,6 +51,7 @@ class SharedForwardOperator(SparkSubmitOperator):
         status_file: str | None = None,
         max_seconds: float | str | None = None,
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
+        driver_jit: str = QUICK,
         conn_id: str = "spark_default",
         **kwargs: Any,
     ) -> None:
@@ -61,6 +68,7 @@ class SharedForwardOperator(SparkSubmitOperator):
         self.status_file = status_file
         self.max_seconds = max_seconds
         self.stop_timeout = stop_timeout
+        self.driver_jit = check_shared_forward_mode(driver_jit)
         self.spark_conn_id = conn_id
 
     def execute(self, context: Any) -> None:
@@ -76,6 +84,7 @@ class SharedForwardOperator(SparkSubmitOperator):
         sizing.pop("spark.master", None)
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         start_driver_on_archive(self, self.spark_conn_id)
+        choose_driver_jit(self, None, self.driver_jit)
         self.log.info("shared forward of %s at parallelism %s with %s workers",
                       self.folder, self.parallelism, self.workers)
         super().execute(context)

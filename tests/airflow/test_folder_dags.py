@@ -167,8 +167,27 @@ def test_a_missing_folder_is_an_import_error_naming_it(tmp_path):
     assert f"job folder {os.path.realpath(tmp_path / 'jobs')} does not exist" in error
 
 
+@pytest.mark.parametrize(("driver_jit", "user_conf", "expected"), [
+    (None, {}, "-XX:TieredStopAtLevel=1"),
+    ("full", {}, None),
+    ("quick", {"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}, None),
+])
+def test_the_shared_forward_driver_starts_with_the_quick_jit_unless_told_otherwise(
+        tmp_path, monkeypatch, driver_jit, user_conf, expected):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_BACKFILL_JVM_ARCHIVE", "off")
+    submitted: list[dict] = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda operator, context: submitted.append(dict(operator.conf)))
+    chosen = {} if driver_jit is None else {"driver_jit": driver_jit}
+    SharedForwardOperator(task_id="forward", folder=str(tmp_path), conf=user_conf, **chosen).execute({})
+    (conf,) = submitted
+    assert conf.get("spark.driver.defaultJavaOptions") == expected
+    assert conf.get("spark.driver.extraJavaOptions") == user_conf.get("spark.driver.extraJavaOptions")
+
+
 @pytest.mark.parametrize(("field", "value"), [("workers", 0), ("workers", "2"), ("poll_interval", -1),
-                                              ("stop_timeout", True)])
+                                              ("stop_timeout", True), ("driver_jit", "auto")])
 def test_the_shared_forward_refuses_bad_settings_where_they_enter(tmp_path, field, value):
     from airflow_backfill.exceptions import BackfillConfigError
 

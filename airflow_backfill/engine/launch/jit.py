@@ -1,4 +1,5 @@
-"""Which JIT compiler a phase's driver JVM starts with: the quick one for small catch-ups.
+"""Which JIT compiler a driver JVM starts with: the quick one for small catch-ups and for
+the shared forward.
 
 A catch-up that applies a small change spends most of its seconds in code that runs a
 few times: Catalyst's rules over some forty small plans, Delta's commit protocol, Spark's
@@ -10,8 +11,15 @@ rewrites or scans the whole MV runs its scan loops in the quick compiler's slowe
 (a recompute at SF 1 up to 12 % slower), so larger catch-ups of large upstreams keep the
 optimising one.
 
-Decided before spark-submit from the upstream's log alone (the change files' bytes since
-the MV's watermark), without Spark: the operator calls it.
+The shared forward's driver starts with the quick compiler unless told otherwise: its
+rounds are all small. One round at a time over the `many_mvs` mix (`bench/member_rounds.py`,
+2026-12-04), the optimising compiler spent the first minutes compiling: an aggregate round
+cost the JVM 1.45 CPU-s against 0.77 - 0.84 with the quick compiler alone, a stateless one
+0.29 - 0.32 against 0.16 - 0.17; after seventy rounds of each MV both cost the same (0.73
+and 0.13 - 0.14 CPU-s).
+
+A catch-up's choice is made before spark-submit from the upstream's log alone (the
+change files' bytes since the MV's watermark), without Spark: the operator calls it.
 """
 
 from __future__ import annotations
@@ -51,6 +59,21 @@ class PendingChange:
             return f"more than {sizes().jit_epochs_read} epochs pending"
         share = self.share or 0.0
         return f"about {self.change_rows} change rows, {share:.2%} of the upstream's {self.upstream_rows} rows"
+
+
+SHARED_FORWARD_JIT_MODES = (QUICK, FULL)
+"""The shared forward's choices: its rounds are a few seconds of epochs of one MV each, so
+there is no pending change to judge (`auto`); `quick` is its default."""
+
+
+def check_shared_forward_mode(mode: str) -> str:
+    """`mode` when it is one of SHARED_FORWARD_JIT_MODES; a clear error otherwise."""
+    if mode not in SHARED_FORWARD_JIT_MODES:
+        raise BackfillConfigError(
+            f"driver_jit {mode!r} is not one of {', '.join(SHARED_FORWARD_JIT_MODES)} for the shared forward: "
+            "'quick' (the default) starts its driver with the quick JIT compiler alone, 'full' with the "
+            "optimising one too")
+    return mode
 
 
 def check_mode(mode: str) -> str:
