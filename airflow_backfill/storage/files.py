@@ -92,41 +92,40 @@ def is_directory(uri: str) -> bool:
     return bool(filesystem.get_file_info(path.rstrip("/")).type == FileType.Directory)
 
 
-@names_failures("read")
-def identity(uri: str) -> tuple[int, ...] | None:
-    """What tells a file apart from another one written later at the same path."""
+def _status(uri: str) -> tuple[int | None, int, int] | None:
+    """The file's inode (None on an object store), size and last modification (ns); None
+    when there is no such file."""
     if not is_object_store(uri):
         try:
             stat = os.stat(uri)
         except FileNotFoundError:
             return None
-        return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        return stat.st_ino, stat.st_size, stat.st_mtime_ns
     from pyarrow.fs import FileType
 
     filesystem, path = _remote(uri)
     info = filesystem.get_file_info(path)
     if info.type == FileType.NotFound:
         return None
-    return (info.size or 0, info.mtime_ns or 0)
+    return None, info.size or 0, info.mtime_ns or 0
+
+
+@names_failures("read")
+def identity(uri: str) -> tuple[int, ...] | None:
+    """What tells a file apart from another one written later at the same path."""
+    status = _status(uri)
+    if status is None:
+        return None
+    inode, size, modified_ns = status
+    return (size, modified_ns) if inode is None else (inode, size, modified_ns)
 
 
 @names_failures("read")
 def size_and_modified_ms(uri: str) -> tuple[int, int] | None:
     """The file's size and last modification (milliseconds, as Hadoop's file statuses give
     it); None when there is no such file."""
-    if not is_object_store(uri):
-        try:
-            stat = os.stat(uri.removeprefix("file://"))
-        except FileNotFoundError:
-            return None
-        return stat.st_size, stat.st_mtime_ns // 1_000_000
-    from pyarrow.fs import FileType
-
-    filesystem, path = _remote(uri)
-    info = filesystem.get_file_info(path)
-    if info.type == FileType.NotFound:
-        return None
-    return info.size or 0, (info.mtime_ns or 0) // 1_000_000
+    status = _status(uri.removeprefix("file://"))
+    return None if status is None else (status[1], status[2] // 1_000_000)
 
 
 @names_failures("read")
