@@ -10,11 +10,18 @@ arguments) over the local rows, where its optimizer folds them without a job; Ar
 combines the terms per group and joins the old state; the result is a local relation
 again, so the projections after it (the new state, the MV change) run no job either.
 
-Only what Arrow computes exactly as Spark does is taken: sums of integers and decimals
+Only what Arrow computes as Spark does is taken: sums of integers and decimals, exactly
 (each term already cast to the type Spark's SUM gives it; a sum that could overflow is
 left to Spark, which raises), MIN/MAX of types Arrow orders as Spark does, group keys
 without floating-point values and without NULLs (Spark groups NaN and -0.0, and joins
 NULL keys with `<=>`). Anything else returns None and Spark folds the rows as before.
+
+Floating-point sums are taken too, with IEEE arithmetic as Spark's (NaN and infinities
+propagate alike, an all-NULL group sums to NULL): the terms are added in another order
+than Spark's partial and final aggregates add them, which moves only the last bits (terms
+so large that some order would overflow are left to Spark). That
+order is no part of Spark's result either (it follows the rows' partitions), and an MV's
+floating-point sums are not exact against a recompute in any case (docs/aggregates.md).
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ log = logging.getLogger(__name__)
 _SAFE_INTEGER_TOTAL = 2.0 ** 62
 """Integer terms whose absolute values add up to less than this cannot overflow a 64-bit
 sum in any order (Arrow's integer sums wrap where Spark's raise)."""
+
+_SAFE_FLOAT_TOTAL = 2.0 ** 1000
+"""Finite floating-point terms whose absolute values add up to less than this reach no
+infinity in any order of adding, so the order moves only the last bits of a sum (near the
+largest double, one order overflows where another does not)."""
 
 
 def touched_in_driver(
@@ -102,6 +114,10 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> b
             if pa.types.is_integer(kind):
                 total = pc.sum(pc.abs(terms[name].cast(pa.float64(), safe=False))).as_py() or 0.0
                 if total >= _SAFE_INTEGER_TOTAL:
+                    return False
+            elif pa.types.is_floating(kind):
+                finite = pc.filter(terms[name], pc.is_finite(terms[name]))
+                if (pc.sum(pc.abs(finite)).as_py() or 0.0) >= _SAFE_FLOAT_TOTAL:
                     return False
             elif not pa.types.is_decimal(kind):
                 return False
