@@ -10,7 +10,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 
 from airflow_backfill.engine.delta import log
-from airflow_backfill.engine.delta.log import commit_timestamp, latest_version, load_table
+from airflow_backfill.engine.delta.log import commit_timestamp, latest_version, load_table, table_at
 from airflow_backfill.kafka.positions import source_position
 
 
@@ -45,6 +45,29 @@ def test_a_loaded_table_follows_new_commits_and_notices_a_recreated_table(tmp_pa
     recreated = load_table(uri)
     assert recreated.version() == 1
     assert sorted(recreated.to_pyarrow_table()["v"].to_pylist()) == [7, 8]
+
+
+def test_a_loaded_table_is_not_updated_until_a_commit_follows_it_and_versions_reuse_it(tmp_path, monkeypatch):
+    uri = str(tmp_path / "t")
+    _write(uri, [1])
+    first = load_table(uri)
+    updates = []
+    monkeypatch.setattr(DeltaTable, "update_incremental", lambda table: updates.append(table.version()))
+    assert load_table(uri) is first and updates == []  # no next commit file: nothing to read
+    assert table_at(uri, 0) is first and table_at(uri) is first
+    monkeypatch.undo()
+    _write(uri, [2])
+    assert load_table(uri) is first and first.version() == 1  # the next commit file: followed
+    older = table_at(uri, 0)
+    assert older is not first and older.version() == 0 and older.to_pyarrow_table()["v"].to_pylist() == [1]
+    assert table_at(uri, 1) is first
+
+    shutil.rmtree(uri)  # recreated at the same path, at the version loaded
+    _write(uri, [7])
+    _write(uri, [8])
+    again = table_at(uri, 1)
+    assert again is not first and sorted(again.to_pyarrow_table()["v"].to_pylist()) == [7, 8]
+    assert sorted(load_table(uri).to_pyarrow_table()["v"].to_pylist()) == [7, 8]
 
 
 def test_a_rarely_checkpointed_log_is_flagged(tmp_path, caplog):

@@ -43,11 +43,11 @@ def feed_reader_properties(job: BackfillJob) -> dict[str, str]:
 def recorded_feed_readers(target: str) -> list[str] | None:
     """The readers the MV at `target` records (delta-rs, no JVM); None when the MV does not
     exist or predates the property."""
-    from airflow_backfill.engine.delta.log import delta_table, table_exists
+    from airflow_backfill.engine.delta.log import load_table, table_exists
 
     if not table_exists(target):
         return None
-    value = delta_table(target).metadata().configuration.get(FEED_READERS_PROPERTY)
+    value = load_table(target).metadata().configuration.get(FEED_READERS_PROPERTY)
     return None if value is None else [reader for reader in value.split(",") if reader]
 
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_backfill.engine.delta.driver_rows import local_arrow
-from airflow_backfill.engine.delta.log import delta_table, load_table
+from airflow_backfill.engine.delta.log import load_table, table_at
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -138,7 +138,7 @@ def _arrow_boundable(data_type: pa.DataType) -> bool:
 def table_rows(uri: str, version: int | None = None) -> int:
     """Rows of the table (as of `version`, default the latest) from its files' statistics:
     rows a deletion vector hides still count, so this is an upper bound."""
-    table = load_table(uri) if version is None else delta_table(uri, version)
+    table = table_at(uri, version)
     actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0 or "num_records" not in actions.column_names:
         return 0
@@ -172,7 +172,7 @@ def table_key_max(uri: str, column: str, version: int | None = None) -> Any:
     Returns `EMPTY` for a table without rows, None when a file has no statistic for the
     column (an old file, a column beyond the statistics' columns): then nothing is known.
     """
-    table = load_table(uri) if version is None else delta_table(uri, version)
+    table = table_at(uri, version)
     actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0:
         return EMPTY

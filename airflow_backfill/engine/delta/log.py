@@ -75,12 +75,16 @@ def load_table(uri: str) -> DeltaTable:
     Loaded once per thread, then brought up to date by reading only the commits since
     (rounds, polls and checks reload the same few tables over and over, and a full load
     of a large log costs tens of milliseconds). A table recreated at the same path is
-    recognised by its commit file having changed, and loaded afresh.
+    recognised by its commit file having changed, and loaded afresh. While no commit
+    followed the one loaded (no next commit file), the table is returned as it is: the
+    update would list the log folder (milliseconds, growing with the log) to find nothing.
     """
-    cache: dict[str, tuple[DeltaTable, int, tuple[int, ...] | None]] = _loaded.__dict__.setdefault("tables", {})
+    cache = _table_cache()
     if uri in cache:
         table, version, identity = cache[uri]
         if identity is not None and _commit_identity(uri, version) == identity:
+            if not files.exists(_commit_file(uri, version + 1)):
+                return table
             try:
                 table.update_incremental()
             except Exception:  # e.g. the commits since were cleaned from the log: load afresh
@@ -93,23 +97,46 @@ def load_table(uri: str) -> DeltaTable:
     return table
 
 
+def table_at(uri: str, version: int | None = None) -> DeltaTable:
+    """The table as of `version` (default the latest): the table this thread loaded last
+    (`load_table`) when it is that version, else a load of that version. Why: a round asks
+    for its upstream and MV at the version it just read or wrote, several times, and each
+    load of a version reads the log from its last checkpoint (milliseconds each)."""
+    if version is None:
+        return load_table(uri)
+    cached = _table_cache().get(uri)
+    if cached is not None:
+        table, loaded, identity = cached
+        if loaded == version and identity is not None and _commit_identity(uri, version) == identity:
+            return table
+    return delta_table(uri, version)
+
+
+def _table_cache() -> dict[str, tuple[DeltaTable, int, tuple[int, ...] | None]]:
+    """This thread's loaded tables by URI: (table, its version, its commit file's identity)."""
+    cache: dict[str, tuple[DeltaTable, int, tuple[int, ...] | None]] = _loaded.__dict__.setdefault("tables", {})
+    return cache
+
+
+def _commit_file(uri: str, version: int) -> str:
+    return join(uri, "_delta_log", f"{version:020d}.json")
+
+
 def still_newest(uri: str) -> IsNewest:
     """Whether a commit file of the table at `uri` is still its newest: the file at its
     version is that one (same size and modification time), and no commit followed it. A
     commit writes its file whole under its final name, so these two file statuses tell
     what a listing of the log would."""
     def is_newest(commit: CommitFile) -> bool:
-        folder = join(uri, "_delta_log")
-        return (files.size_and_modified_ms(join(folder, f"{commit.version:020d}.json"))
-                == (commit.size, commit.modified_ms)
-                and not files.exists(join(folder, f"{commit.version + 1:020d}.json")))
+        return (files.size_and_modified_ms(_commit_file(uri, commit.version)) == (commit.size, commit.modified_ms)
+                and not files.exists(_commit_file(uri, commit.version + 1)))
 
     return is_newest
 
 
 def _commit_identity(uri: str, version: int) -> tuple[int, ...] | None:
     """What tells a commit file apart from another one written later at the same path."""
-    return files.identity(join(uri, "_delta_log", f"{version:020d}.json"))
+    return files.identity(_commit_file(uri, version))
 
 
 def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
@@ -122,7 +149,7 @@ def open_upstream(uri: str, version: int | None = None) -> DeltaTable:
             f"upstream {uri} is not a Delta table (no _delta_log); check the job's `source`."
         )
     try:
-        return load_table(uri) if version is None else delta_table(uri, version)
+        return table_at(uri, version)
     except DeltaError as error:  # TableNotFoundError too: a version whose part of the log is gone
         if version is not None:
             raise _version_unreadable(uri, version, error) from error

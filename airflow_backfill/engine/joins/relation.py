@@ -34,7 +34,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     select_columns,
 )
 from airflow_backfill.engine.delta.key_range import boundable, within_bounds
-from airflow_backfill.engine.delta.log import delta_table, load_table, spark_schema
+from airflow_backfill.engine.delta.log import load_table, spark_schema, table_at
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.join_query import INNER, JoinPlan, flat_column
 from airflow_backfill.engine.sizes import sizes
@@ -72,7 +72,7 @@ class Reader:
         """Table `index`'s Spark schema at its version, from its Delta log (no Spark read)."""
         if index not in self._schemas:
             name = self._plan.tables[index].name
-            self._schemas[index] = spark_schema(delta_table(upstream_uri(self._job, name), self._versions[name]))
+            self._schemas[index] = spark_schema(table_at(upstream_uri(self._job, name), self._versions[name]))
         return self._schemas[index]
 
     def _kept(self, index: int, rows: DataFrame) -> DataFrame:

@@ -23,9 +23,9 @@ from airflow_backfill.engine.delta.log import (
     commit_history,
     commit_metadata,
     commit_timestamp,
-    delta_table,
     latest_version,
     read_watermark,
+    table_at,
     table_exists,
 )
 from airflow_backfill.exceptions import TargetError
@@ -87,7 +87,7 @@ def table_vector(uri: str, app_id: str, names: list[str], *, up_to: int | None =
     if up_to is None:
         watermark = read_watermark(uri, app_id)
     else:
-        watermark = delta_table(uri, up_to).transaction_version(app_id)
+        watermark = table_at(uri, up_to).transaction_version(app_id)
     if watermark is None:
         return None
     vector = _newest_vector(uri, up_to)
