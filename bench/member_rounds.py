@@ -7,7 +7,8 @@ aggregate with a SUM of a DOUBLE, a join of two upstreams) over its 20,000-row `
 upstreams, backfilled, then rounds run by `DeltaMember.run_round` as the shared forward
 runs them: before each round every upstream commits one epoch (20 inserts, 20 updates, 2
 deletes). For each MV, the medians over the rounds after the first two of the round's
-seconds, the driver JVM's CPU seconds and the py4j calls the round made. With fifty MVs
+seconds, the driver JVM's CPU seconds, the Python driver's CPU seconds (this process with
+its threads: delta-rs and Arrow work included) and the py4j calls the round made. With fifty MVs
 a turn of the shared forward is the sum of such rounds over its workers, so this is where
 a change to the round shows first; run it from two work trees one after the other,
 alternating, to compare commits (docs/benchmark-analyses.md).
@@ -96,16 +97,18 @@ def measure(work: Path, names: list[str], rounds: int) -> dict[str, Any]:
     members = {name: DeltaMember(job) for name, job in delta_jobs.items()}
     calls = Py4jCalls()
     rng = random.Random(3)
-    samples: dict[str, dict[str, list[float]]] = {name: {"seconds": [], "jvm_cpu_s": [], "py4j_calls": []}
-                                                  for name in members}
+    samples: dict[str, dict[str, list[float]]] = {
+        name: {"seconds": [], "jvm_cpu_s": [], "python_cpu_s": [], "py4j_calls": []} for name in members}
     for _ in range(rounds):
         for uri in upstreams:
             commit_epoch(uri, rng, inserts=20, updates=20, deletes=2)
         for name, member in members.items():
             cpu, count, started = sum(jvm.cpu_times()[:2]), calls.count, time.perf_counter()
+            python_cpu = time.process_time()
             member.run_round(spark)
             samples[name]["seconds"].append(time.perf_counter() - started)
             samples[name]["jvm_cpu_s"].append(sum(jvm.cpu_times()[:2]) - cpu)
+            samples[name]["python_cpu_s"].append(time.process_time() - python_cpu)
             samples[name]["py4j_calls"].append(calls.count - count)
     for member in members.values():
         member.close()
