@@ -115,9 +115,10 @@ EDGE_FLOATS = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), 1e290, -1e2
 
 
 def _float_changes(seed: int, groups: int, rows: int) -> list[tuple]:
-    """Signed rows of a float and a double column: edge values (NaN, infinities, -0.0, the
-    largest and smallest doubles, NULL) among random magnitudes, in few groups so that
-    terms cancel and overflow within a group; some groups all NULL, some all one value."""
+    """Signed rows of a float and a double column: edge values (NaN, infinities, -0.0, 1e290,
+    the largest FLOAT, subnormal doubles, NULL) among random magnitudes, in few groups so
+    that terms cancel within a group; one group all NULL, one all -0.0. (Terms that could
+    overflow in some order are left to Spark: `test_what_arrow_would_not_fold_exactly_...`.)"""
     rng = random.Random(seed)
     out = []
     for i in range(rows):
