@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,8 +56,16 @@ def java_class(jvm: Any, name: str) -> Any:
     return getattr(jvm, name)
 
 
+@functools.cache
+def static_method(jvm: Any, class_name: str, method: str) -> Any:
+    """The static method `method` of the JVM class `class_name`, kept per gateway: py4j asks
+    the JVM what a class's attribute is on every access."""
+    return _call(f"{class_name}.{method}", getattr, java_class(jvm, class_name), method)
+
+
+@functools.cache
 def scala_object(jvm: Any, name: str) -> Any:
-    """The instance of the Scala object `name` (its class is `name$`)."""
+    """The instance of the Scala object `name` (its class is `name$`), kept per gateway."""
     return getattr(java_class(jvm, f"{name}$"), "MODULE$")
 
 
@@ -83,8 +92,9 @@ def optimized_plan(frame: DataFrame) -> Any:
 
 
 def plan_kind(plan: Any) -> str:
-    """The simple class name of a logical plan node (`LocalRelation`, `Filter`, ...)."""
-    return str(_call("LogicalPlan.getClass", lambda: plan.getClass().getSimpleName()))
+    """The name of a logical plan node (`TreeNode.nodeName`: its simple class name,
+    `LocalRelation`, `Filter`, ...), in one JVM call."""
+    return str(_call("LogicalPlan.nodeName", plan.nodeName))
 
 
 def leaf_kinds(plan: Any) -> list[str]:
@@ -119,6 +129,60 @@ def local_rows_as_arrow(frame: DataFrame) -> pa.Table | None:
     return pa.concat_tables(tables)
 
 
+def arrow_as_frame(spark: SparkSession, table: pa.Table, schema: StructType) -> DataFrame:
+    """Arrow rows as a DataFrame of `schema`, made as PySpark's `createDataFrame(table,
+    schema=schema)` makes it: its own conversions of the rows (timestamps localized and
+    truncated, the table cast to the Arrow types Spark reads) and the same JVM calls
+    (`PythonSQLUtils.readArrowStreamFromFile`, `PythonSQLUtils.toDataFrame`), so Spark gets
+    the same batches and builds the same plan. Why: PySpark's method asks the JVM 44 times
+    per call (its settings read one by one, its checks), 18 ms for a round's few rows; this
+    asks 5 times, 8 ms, and a round makes up to three such frames. A session that encrypts
+    its local files gets PySpark's method (its rows go over a socket, not a file)."""
+    import os
+    import tempfile
+
+    from pyspark.sql import DataFrame
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+    from pyspark.sql.pandas.types import _check_arrow_table_timestamps_localize, to_arrow_schema
+
+    context: Any = spark.sparkContext
+    if context._encryption_enabled:
+        return spark.createDataFrame(table, schema=schema)
+    conf = _session_conf(spark)
+    if schema.fields:
+        zone = str(_call("SQLConf.sessionLocalTimeZone", conf.sessionLocalTimeZone))
+        large = bool(_call("SQLConf.arrowUseLargeVarTypes", conf.arrowUseLargeVarTypes))
+        table = _check_arrow_table_timestamps_localize(table, schema, True, zone).cast(to_arrow_schema(
+            schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC", prefers_large_types=large))
+    batches = table.to_batches(max_chunksize=int(_call("SQLConf.arrowMaxRecordsPerBatch",
+                                                        conf.arrowMaxRecordsPerBatch)))
+    utils = "org.apache.spark.sql.api.python.PythonSQLUtils"
+    with tempfile.NamedTemporaryFile(delete=False, dir=context._temp_dir) as stream:
+        try:
+            ArrowStreamSerializer().dump_stream(iter(batches), stream)
+            stream.close()
+            read = _call("PythonSQLUtils.readArrowStreamFromFile",
+                         static_method(spark._jvm, utils, "readArrowStreamFromFile"), stream.name)
+        finally:
+            os.unlink(stream.name)
+    made = _call("PythonSQLUtils.toDataFrame", static_method(spark._jvm, utils, "toDataFrame"), read, schema.json(),
+                 spark._jsparkSession)
+    frame = DataFrame(made, spark)
+    frame._schema = schema  # as PySpark's method sets it: no JVM call to read it back
+    return frame
+
+
+_SESSION_CONFS: weakref.WeakKeyDictionary[SparkSession, Any] = weakref.WeakKeyDictionary()
+
+
+def _session_conf(spark: SparkSession) -> Any:
+    """The session's `SQLConf` (what PySpark's `_jconf` asks the JVM for, twice, on every
+    read): one object for the session's life, whose methods read its current settings."""
+    if spark not in _SESSION_CONFS:
+        _SESSION_CONFS[spark] = _call("SparkSession._jconf", lambda: spark._jconf)
+    return _SESSION_CONFS[spark]
+
+
 def local_relation_rows(frame: DataFrame) -> int:
     """The rows of a frame whose optimised plan is a local relation (`LocalRelation.data`)."""
     return int(_call("LocalRelation.data", lambda: optimized_plan(frame).data().size()))
@@ -126,8 +190,7 @@ def local_relation_rows(frame: DataFrame) -> int:
 
 def arrow_local_relation_threshold(spark: SparkSession) -> int:
     """Spark's `spark.sql.execution.arrow.localRelationThreshold`, as its SQL conf reads it."""
-    return int(_call("SQLConf.arrowLocalRelationThreshold",
-                     lambda: spark._jsparkSession.sessionState().conf().arrowLocalRelationThreshold()))
+    return int(_call("SQLConf.arrowLocalRelationThreshold", _session_conf(spark).arrowLocalRelationThreshold))
 
 
 # ---- Delta: logs, snapshots and the file lists of checksums ------------------------------
@@ -233,9 +296,10 @@ def added_file(added: Any) -> tuple[str, bool, str | None]:
 
 
 def table_properties(snapshot: Any) -> dict[str, str]:
-    """The table's properties (`Metadata.configuration`)."""
-    configuration = _call("Metadata.configuration", lambda: snapshot.metadata().configuration())
-    return {str(key): str(configuration.get(key).get()) for key in scala_items(configuration.keys())}
+    """The table's properties (`Metadata.json`, the log's `metaData` action: two JVM calls,
+    where reading its `configuration` map key by key takes three a property)."""
+    action = json.loads(str(_call("Metadata.json", lambda: snapshot.metadata().json())))
+    return {str(key): str(value) for key, value in action["metaData"].get("configuration", {}).items()}
 
 
 def table_schema_json(snapshot: Any) -> str:
@@ -414,7 +478,7 @@ def _deferred_class() -> type:
             if self._made is None:
                 assert self._rows is not None
                 table, schema = self._rows
-                self._made = self._session.createDataFrame(table, schema=schema)._jdf
+                self._made = arrow_as_frame(self._session, table, schema)._jdf
                 self._rows = None
             return self._made
 

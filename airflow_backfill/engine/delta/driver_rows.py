@@ -20,6 +20,7 @@ from airflow_backfill.engine.delta.listed_files import listed_rows
 from airflow_backfill.engine.delta.log import load_table, spark_schema
 from airflow_backfill.engine.internals import (
     analyzed_plan,
+    arrow_as_frame,
     arrow_local_relation_threshold,
     deferred_local_relation,
     is_deferred,
@@ -121,7 +122,7 @@ def local_relation(spark: SparkSession, table: pa.Table, schema: StructType) -> 
         deferred = deferred_local_relation(spark, table, schema)
         _ARROW_OF[deferred] = table
         return deferred
-    local = spark.createDataFrame(table, schema=schema)
+    local = arrow_as_frame(spark, table, schema)
     # Spark made a local relation of the rows, or a scan of them beyond its threshold; no
     # need to optimize the plan to tell (optimizing a projection over many rows copies them)
     if plan_kind(analyzed_plan(local)) != "LocalRelation":
@@ -150,9 +151,13 @@ def is_local(frame: DataFrame) -> bool:
     at TPC-H SF 1), and that optimized plan is not the one the frame later runs."""
     if is_deferred(frame):  # not in the JVM yet
         return True
-    if any(kind not in _LOCAL_LEAVES for kind in leaf_kinds(analyzed_plan(frame))):
-        return False
-    return plan_kind(optimized_plan(frame)) == "LocalRelation"
+    return _local_leaves(frame) and plan_kind(optimized_plan(frame)) == "LocalRelation"
+
+
+def _local_leaves(frame: DataFrame) -> bool:
+    """Whether every leaf of `frame`'s analysed plan is one the optimizer may fold into a
+    local relation."""
+    return all(kind in _LOCAL_LEAVES for kind in leaf_kinds(analyzed_plan(frame)))
 
 
 _LOCAL_LEAVES = frozenset({"LocalRelation", "OneRowRelation"})
@@ -194,9 +199,9 @@ def local_arrow(frame: DataFrame) -> pa.Table | None:
     made = arrow_of(frame)
     if made is not None:
         return made
-    if not is_local(frame):
+    if not is_deferred(frame) and not _local_leaves(frame):
         return None
-    try:
+    try:  # None when the optimized plan is not a local relation
         return local_rows_as_arrow(frame)
     except (Py4JJavaError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("rows kept in Spark: %s", error)
@@ -327,7 +332,7 @@ class HeldRows:
         """The rows as a Spark DataFrame: a local relation, or Spark's scan of them when
         they are beyond its threshold."""
         local = self.local_frame(spark)
-        return local if local is not None else spark.createDataFrame(self.table, schema=self.schema)
+        return local if local is not None else arrow_as_frame(spark, self.table, self.schema)
 
 
 def distinct_rows(frame: DataFrame, columns: list[str], names: list[str] | None = None) -> DataFrame:

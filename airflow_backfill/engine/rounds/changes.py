@@ -147,15 +147,23 @@ def signed_rows(feed: DataFrame, columns: Sequence[str]) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    return feed.select(*(F.col(f"`{c}`") for c in columns), _sign().alias(SIGN)).filter(F.col(SIGN).isNotNull())
+    return feed.select(*(F.col(f"`{c}`") for c in columns), _sign().alias(SIGN)).where(f"`{SIGN}` IS NOT NULL")
+
+
+def _in(values: Sequence[str]) -> str:
+    return ", ".join(f"'{value}'" for value in values)
+
+
+_SIGN_SQL = f"CASE WHEN `{CHANGE_TYPE}` IN ({_in(ARRIVING)}) THEN 1 WHEN `{CHANGE_TYPE}` IN ({_in(LEAVING)}) THEN -1 END"
 
 
 def _sign() -> Column:
-    """+1 for a change row that brings its row in, -1 for one that takes it out."""
+    """+1 for a change row that brings its row in, -1 for one that takes it out. Written
+    as SQL: one JVM call, where building it from Column functions takes 37 (a round of an
+    aggregate builds it once or twice)."""
     from pyspark.sql import functions as F
 
-    change = F.col(CHANGE_TYPE)
-    return F.when(change.isin(*ARRIVING), F.lit(1)).when(change.isin(*LEAVING), F.lit(-1)).cast("int")
+    return F.expr(_SIGN_SQL)
 
 
 def apply_query(spark: SparkSession, rows: DataFrame, query: str) -> DataFrame:
