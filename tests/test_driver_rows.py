@@ -12,6 +12,7 @@ from float_bits import exact_value
 from size_overrides import set_sizes
 from spark_job_count import jobs_started
 
+from airflow_backfill.engine import internals
 from airflow_backfill.engine.delta.commits import PRESENT
 from airflow_backfill.engine.delta.driver_rows import (
     arrow_of,
@@ -154,8 +155,8 @@ def test_held_rows_select_dedupe_and_join_in_arrow_and_reach_spark_once(spark, m
                 .join(orders.select("o", "c"), "c"))
     held_orders, held_customers = held_rows(orders), held_rows(customers)
     made: list[int] = []
-    create = type(spark).createDataFrame
-    monkeypatch.setattr(type(spark), "createDataFrame", lambda self, *a, **k: made.append(1) or create(self, *a, **k))
+    create = internals.arrow_as_frame  # how rows the driver holds reach the JVM
+    monkeypatch.setattr(internals, "arrow_as_frame", lambda *a, **k: made.append(1) or create(*a, **k))
     keys = held_orders.distinct(["c"])
     assert keys is not None and keys.table.num_rows == 3  # NULL is one distinct value, as in Spark
     joined = keys.join(held_customers, ["c"], ["ck"], "left")
