@@ -159,8 +159,8 @@ _SIGN_SQL = f"CASE WHEN `{CHANGE_TYPE}` IN ({_in(ARRIVING)}) THEN 1 WHEN `{CHANG
 
 def _sign() -> Column:
     """+1 for a change row that brings its row in, -1 for one that takes it out. Written
-    as SQL: one JVM call, where building it from Column functions takes 37 (a round of an
-    aggregate builds it once or twice)."""
+    as SQL: two or three JVM calls, where building it from Column functions takes 37 (a
+    round of an aggregate builds it once or twice)."""
     from pyspark.sql import functions as F
 
     return F.expr(_SIGN_SQL)
