@@ -135,8 +135,9 @@ def test_concurrent_writers_on_two_upstreams_and_a_second_run(spark, tmp_path):
     stop = threading.Event()
 
     def write(name: str, seed: int) -> None:
+        """Commits every 0.2 s until stopped, and at least three times whatever the rounds' pace."""
         rng = random.Random(seed)
-        while not stop.wait(0.2):
+        while not stop.wait(0.2) or tables[name].version() < 3:
             random_epoch(tables[name], rng)
 
     writers = [threading.Thread(target=write, args=(name, seed), daemon=True)
@@ -147,7 +148,7 @@ def test_concurrent_writers_on_two_upstreams_and_a_second_run(spark, tmp_path):
         run_catch_up(spark, job.with_overrides(lag_threshold=3))
         with writer_lock(job.target, job.name, "forward"), pytest.raises(TargetError, match="another run of job"):
             run_catch_up(spark, job)  # a second run of the job is refused while the first writes
-        run_forward(spark, job, bounds=ForwardBounds(max_epochs=3, idle_timeout=30))
+        run_forward(spark, job, bounds=ForwardBounds(max_epochs=6, idle_timeout=30))
     finally:
         stop.set()
         for writer in writers:
