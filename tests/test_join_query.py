@@ -103,6 +103,13 @@ def test_a_key_column_missing_from_its_upstream_is_named():
                   [("orders", ["o_key"]), ("customer", ["c_id"])], COLUMNS)
 
 
+def test_a_key_column_spelled_in_another_case_is_refused_with_its_spelling():
+    with pytest.raises(UnsupportedQueryError, match=r"primary_key 'O_ID' of source orders: the upstream spells "
+                                                    r"this column 'o_id'.*sources.orders.primary_key \(\[o_id\]\)"):
+        plan_join("SELECT o.o_id, c.c_id FROM orders o JOIN customer c ON c.c_id = o.o_cust",
+                  [("orders", ["O_ID"]), ("customer", ["c_id"])], COLUMNS)
+
+
 def test_dimensions_joined_by_their_keys_leave_the_fact_key():
     planned = plan("SELECT i.i_order, i.i_line, c.c_name FROM items i JOIN orders o ON i.i_order = o.o_id "
                    "JOIN customer c ON o.o_cust = c.c_id")

@@ -155,7 +155,7 @@ def _plan_join(query: str, upstreams: tuple[tuple[str, tuple[str, ...]], ...],
     read = resolver.read_columns()  # join conditions included
     tables = []
     for index, (name, alias) in enumerate(resolver.tables):
-        key = tuple(resolver.actual(name, column, "primary_key") for column in keys[name])
+        key = tuple(resolver.key_column(name, column, keys[name]) for column in keys[name])
         tables.append(JoinedTable(
             name=name, alias=alias, parent=tree.parent.get(index), kind=tree.kind.get(index),
             on=tree.on.get(index, ()), primary_key=key,
@@ -236,6 +236,19 @@ class _Resolver:
             raise UnsupportedQueryError(
                 f"{what} {column} is not a column of upstream {name} (its columns: "
                 f"{', '.join(self.columns[name])})."
+            )
+        return found
+
+    def key_column(self, name: str, column: str, key: Sequence[str]) -> str:
+        """A primary-key column as the upstream spells it, refused when spelled in another
+        case (as a one-upstream job's key is): a query's names match whatever their case,
+        a job's key columns are written exactly as the table holds them."""
+        found = self.actual(name, column, "primary_key")
+        if found != column:
+            fixed = ", ".join(self.actual(name, c, "primary_key") for c in key)
+            raise UnsupportedQueryError(
+                f"primary_key {column!r} of source {name}: the upstream spells this column {found!r}; write it "
+                f"so in sources.{name}.primary_key ([{fixed}])."
             )
         return found
 
