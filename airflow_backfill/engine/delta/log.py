@@ -80,18 +80,18 @@ def load_table(uri: str) -> DeltaTable:
     update would list the log folder (milliseconds, growing with the log) to find nothing.
     """
     cache = _table_cache()
-    if uri in cache:
-        table, version, identity = cache[uri]
-        if identity is not None and _commit_identity(uri, version) == identity:
-            if not files.exists(_commit_file(uri, version + 1)):
-                return table
-            try:
-                table.update_incremental()
-            except Exception:  # e.g. the commits since were cleaned from the log: load afresh
-                log.debug("reloading %s: its log cannot be followed from version %s", uri, version)
-            else:
-                cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
-                return table
+    cached = _still_loaded(uri)
+    if cached is not None:
+        table, version = cached
+        if not files.exists(_commit_file(uri, version + 1)):
+            return table
+        try:
+            table.update_incremental()
+        except Exception:  # e.g. the commits since were cleaned from the log: load afresh
+            log.debug("reloading %s: its log cannot be followed from version %s", uri, version)
+        else:
+            cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
+            return table
     table = delta_table(uri)
     cache[uri] = (table, table.version(), _commit_identity(uri, table.version()))
     return table
@@ -104,12 +104,22 @@ def table_at(uri: str, version: int | None = None) -> DeltaTable:
     load of a version reads the log from its last checkpoint (milliseconds each)."""
     if version is None:
         return load_table(uri)
-    cached = _table_cache().get(uri)
-    if cached is not None:
-        table, loaded, identity = cached
-        if loaded == version and identity is not None and _commit_identity(uri, version) == identity:
-            return table
+    cached = _still_loaded(uri)
+    if cached is not None and cached[1] == version:
+        return cached[0]
     return delta_table(uri, version)
+
+
+def _still_loaded(uri: str) -> tuple[DeltaTable, int] | None:
+    """The table this thread loaded last at `uri` and its version, while the commit file of
+    that version is still the one loaded (not a table recreated at the same path)."""
+    cached = _table_cache().get(uri)
+    if cached is None:
+        return None
+    table, version, identity = cached
+    if identity is None or _commit_identity(uri, version) != identity:
+        return None
+    return table, version
 
 
 def _table_cache() -> dict[str, tuple[DeltaTable, int, tuple[int, ...] | None]]:
