@@ -42,6 +42,8 @@ def test_a_loaded_table_follows_new_commits_and_notices_a_recreated_table(tmp_pa
     shutil.rmtree(uri)  # deleted and recreated at the same path, up to the same version
     _write(uri, [7])
     _write(uri, [8])
+    at_version = table_at(uri, 1)
+    assert at_version is not first and sorted(at_version.to_pyarrow_table()["v"].to_pylist()) == [7, 8]
     recreated = load_table(uri)
     assert recreated.version() == 1
     assert sorted(recreated.to_pyarrow_table()["v"].to_pylist()) == [7, 8]
