@@ -271,7 +271,7 @@ def test_an_overwrite_keeps_the_same_rows_whether_the_driver_or_spark_computes_t
                                                                                      case):
     schema, rows, changed, null_safe, in_driver = KEPT_CASES[case]
     key = tuple(field.split()[0] for field in schema.split(", ")[:-1])
-    original = keyed_writes._kept_in_driver
+    original = keyed_writes._split_in_driver
     results = {}
     for computed_by in ("driver", "spark"):
         uri = str(tmp_path / computed_by)
@@ -283,7 +283,7 @@ def test_an_overwrite_keeps_the_same_rows_whether_the_driver_or_spark_computes_t
             calls.append(kept is not None)
             return kept
 
-        monkeypatch.setattr(keyed_writes, "_kept_in_driver", spied)
+        monkeypatch.setattr(keyed_writes, "_split_in_driver", spied)
         held = held_in_driver(changes(spark, changed, schema))  # as a round's few changes are
         write_as(spark, OVERWRITE, uri, held, version=1, key=key, null_safe=null_safe)
         assert calls == [computed_by == "driver" and in_driver]

@@ -377,8 +377,15 @@ class DeltaTransaction:
 
     def added(self, add: Mapping[str, Any]) -> Any:
         """An add action from its JSON form (`Action.fromJson`)."""
+        return self._action("add", add)
+
+    def change_file(self, cdc: Mapping[str, Any]) -> Any:
+        """A change file's action (`AddCDCFile`) from its JSON form."""
+        return self._action("cdc", cdc)
+
+    def _action(self, kind: str, fields: Mapping[str, Any]) -> Any:
         return _call("Action.fromJson", lambda: java_class(self._jvm, f"{DELTA}.actions.Action").fromJson(
-            json.dumps({"add": dict(add)})))
+            json.dumps({kind: dict(fields)})))
 
     @staticmethod
     def removed(added: Any, timestamp_ms: int) -> Any:

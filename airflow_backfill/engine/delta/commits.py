@@ -334,14 +334,14 @@ def overwrite(frame: DataFrame, uri: str, *, app_id: str, version: int, user_met
 
 
 def overwrite_rows(spark: SparkSession, rows: pa.Table, uri: str, *, app_id: str, version: int, user_metadata: str,
-                   before_commit: Callable[[], None] | None = None) -> bool | None:
+                   before_commit: Callable[[], None] | None = None, changes: pa.Table | None = None) -> bool | None:
     """`overwrite` with rows the driver holds (Arrow, the table's columns and types),
-    written by the driver as one file (no Spark job). None, with nothing written and
-    `before_commit` not run, when they cannot be written that way: write them with
-    `overwrite` then."""
+    written by the driver as one file (no Spark job); with `changes`, the overwrite's change
+    rows, its feed holds only those. None, with nothing written and `before_commit` not
+    run, when they cannot be written that way: write them with `overwrite` then."""
     ensure_held(uri)
     return overwrite_with_rows(spark, uri, rows, app_id=app_id, version=version, user_metadata=user_metadata,
-                               before_commit=before_commit)
+                               before_commit=before_commit, changes=changes)
 
 
 @contextmanager

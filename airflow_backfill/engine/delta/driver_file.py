@@ -4,8 +4,10 @@ overwrite that delta-spark then commits.
 An aggregate's state and a small MV are overwritten whole each round from rows the
 driver already holds (`driver_rows`). Spark's write of them ships the rows to the JVM as a
 local relation and runs a job for one small file: 0.2 - 0.3 s a table at TPC-H SF 1, where
-pyarrow writes the same file in milliseconds. Only the data file is the driver's: the
-commit is delta-spark's transaction, with its conflict checks, as for every write.
+pyarrow writes the same file in milliseconds. Only the files are the driver's (the data
+file, and the change file that keeps the table's feed to the rows that changed,
+`overwrite_feed`): the commit is delta-spark's transaction, with its conflict checks, as
+for every write.
 
 The file's statistics are the ones Delta's readers skip files by and the engine counts
 rows and bounds keys by: `numRecords`, `nullCount` of every column, and `minValues` /
@@ -31,6 +33,8 @@ if TYPE_CHECKING:
 
 STRING_BOUND_CHARS = 32
 """Delta's `dataSkippingStringPrefixLength`: longer strings get no bounds here."""
+CHANGE_DATA_FOLDER = "_change_data"
+"""Where Delta keeps a table's change files."""
 
 
 def writable(table: pa.Table) -> bool:
@@ -92,13 +96,29 @@ def statistics(table: pa.Table) -> str:
 def write_file(uri: str, table: pa.Table) -> dict[str, Any]:
     """Write `table` as a new Parquet file in the table folder `uri`; its add action (the
     `add` of a Delta commit, as a dict), data changed."""
+    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+    return {"path": name, "partitionValues": {}, "size": _write_parquet(join(uri, name), table),
+            "modificationTime": int(time.time() * 1000), "dataChange": True, "stats": statistics(table)}
+
+
+def write_change_file(uri: str, changes: pa.Table) -> dict[str, Any]:
+    """Write `changes` (the table's columns and `_change_type`) as a change file of the
+    table folder `uri`; its `cdc` action. Why: a commit that holds change files is read by
+    change-feed readers (Delta's, and the engine's) from them alone, so an overwrite of a
+    small table whole shows its readers the rows that changed, not every row deleted and
+    inserted again."""
+    name = f"{CHANGE_DATA_FOLDER}/cdc-00000-{uuid.uuid4()}.c000.snappy.parquet"
+    return {"path": name, "partitionValues": {}, "size": _write_parquet(join(uri, name), changes),
+            "dataChange": False}
+
+
+def _write_parquet(uri: str, table: pa.Table) -> int:
+    """Write `table` as one Parquet file at `uri`; its size in bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="snappy")
     content = sink.getvalue().to_pybytes()
-    files.write_bytes(join(uri, name), content)
-    return {"path": name, "partitionValues": {}, "size": len(content), "modificationTime": int(time.time() * 1000),
-            "dataChange": True, "stats": statistics(table)}
+    files.write_bytes(uri, content)
+    return len(content)

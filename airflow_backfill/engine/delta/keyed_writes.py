@@ -7,7 +7,8 @@ has a new row (the table's rows of every changed key deleted by a semi-join with
 keys, deletion vectors, and the new rows appended, in one commit: Delta's `replaceOn`,
 or the table's listed files when some keys leave without a new row); a delete when every
 change deletes its key (Delta's DELETE by the same semi-join); a MERGE (any changes);
-an overwrite of the whole table (small tables).
+an overwrite of the whole table (small tables; when the driver writes it, with a change
+file of the changed keys' rows, so that its feed is the change, not the table).
 `prepare` holds the changes in memory and reads what the estimates need: the keys' range
 and counts (one small job over the changes, none when the driver holds them) and the
 table's rows within the range (its files' statistics, no data read). `write` applies them.
@@ -67,6 +68,7 @@ from airflow_backfill.engine.delta.key_range import (
 )
 from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
 from airflow_backfill.engine.delta.log import load_table, spark_schema
+from airflow_backfill.engine.delta.overwrite_feed import overwrite_change_rows
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
@@ -188,14 +190,14 @@ def write(
         delete_keys(keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id, version=version,
                     user_metadata=user_metadata, null_safe=prepared.null_safe, leading_nulls=prepared.changed.has_nulls)
     elif way == OVERWRITE:
-        kept = _kept_in_driver(spark, prepared)
-        after = None if kept is None else _rows_after_in_driver(kept, new_rows, prepared)
-        written = None if after is None else overwrite_rows(
-            spark, after, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata,
-            before_commit=before_commit)
+        split = _split_in_driver(spark, prepared)
+        held = None if split is None else _overwrite_in_driver(split, new_rows, prepared)
+        written = None if held is None else overwrite_rows(
+            spark, held.after, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata,
+            before_commit=before_commit, changes=held.changes)
         if written is None:  # not the driver's to write: Spark writes them
-            overwrite(_rows_after(spark, prepared, kept, new_rows), prepared.uri, app_id=app_id,
-                      version=version, user_metadata=user_metadata, before_commit=before_commit)
+            overwrite(_rows_after(spark, prepared, None if split is None else split.kept, new_rows), prepared.uri,
+                      app_id=app_id, version=version, user_metadata=user_metadata, before_commit=before_commit)
     else:
         raise ValueError(f"unknown way to write keyed changes: {way!r}")
     log.info("%s %s changed keys into %s (%s rows)", way, rows, prepared.uri, prepared.changed.present_rows)
@@ -246,10 +248,30 @@ def _rows_after(spark: SparkSession, prepared: PreparedChanges, kept_rows: pa.Ta
     return after.coalesce(1) if prepared.facts.rows + prepared.changed.present_rows <= sizes().one_file_rows else after
 
 
-def _rows_after_in_driver(kept: pa.Table, new_rows: DataFrame, prepared: PreparedChanges) -> pa.Table | None:
-    """The whole table after the changes as Arrow, in the table's columns and types, when
-    the driver holds the new rows too (the driver then writes the table's one file);
-    None otherwise."""
+@dataclass(frozen=True)
+class SplitRows:
+    """A small table's rows the driver holds, split by the changes' keys."""
+
+    kept: pa.Table
+    """The rows of unchanged keys."""
+    leaving: pa.Table
+    """The rows of changed keys: what the changes replace or delete."""
+    key: list[str]
+    """The key columns, as the table spells them."""
+
+
+@dataclass(frozen=True)
+class DriverOverwrite:
+    """An overwrite the driver writes: the table after the changes, and its change rows."""
+
+    after: pa.Table
+    changes: pa.Table
+
+
+def _overwrite_in_driver(split: SplitRows, new_rows: DataFrame, prepared: PreparedChanges) -> DriverOverwrite | None:
+    """The whole table after the changes as Arrow, in the table's columns and types, with
+    the change rows of the overwrite (`overwrite_feed`), when the driver holds the new rows
+    too (the driver then writes the table's one file and its change file); None otherwise."""
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
     arriving = local_arrow(new_rows)
@@ -257,15 +279,18 @@ def _rows_after_in_driver(kept: pa.Table, new_rows: DataFrame, prepared: Prepare
         return None
     try:
         target = arrow_schema_of(prepared.schema)
-        return pa.concat_tables([part.select(target.names).cast(target) for part in (kept, arriving)])
+        kept, leaving, arriving = (part.select(target.names).cast(target)
+                                   for part in (split.kept, split.leaving, arriving))
+        changes = overwrite_change_rows(leaving, arriving, split.key)
     except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("new rows of %s written by Spark: %s", prepared.uri, error)
         return None
+    return DriverOverwrite(pa.concat_tables([kept, arriving]), changes)
 
 
-def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges) -> pa.Table | None:
-    """The table's rows of unchanged keys, as Arrow, when the changes are held by the
-    driver and the table is small (an aggregate's state or MV): the write then needs no
+def _split_in_driver(spark: SparkSession, prepared: PreparedChanges) -> SplitRows | None:
+    """The table's rows split by the changes' keys, as Arrow, when the changes are held by
+    the driver and the table is small (an aggregate's state or MV): the write then needs no
     broadcast anti-join over a scan, a few tenths of a second a table. None otherwise,
     or for key types Arrow compares otherwise than Spark (`comparable_key`: floating
     point, nested)."""
@@ -291,7 +316,7 @@ def _kept_in_driver(spark: SparkSession, prepared: PreparedChanges) -> pa.Table 
     if not prepared.null_safe:  # `=`: a table row with a NULL key part matches no change
         for name in key_names:
             changed = pc.and_(changed, pc.is_valid(table.column(name)))
-    return table.filter(pc.invert(changed))
+    return SplitRows(table.filter(pc.invert(changed)), table.filter(changed), key_names)
 
 
 def _same_key(prepared: PreparedChanges, left: str, right: str) -> Any:

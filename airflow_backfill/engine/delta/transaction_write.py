@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any
 from deltalake.exceptions import TableNotFoundError
 
 from airflow_backfill.engine.delta import commit_fence
-from airflow_backfill.engine.delta.driver_file import writable, write_file
+from airflow_backfill.engine.delta.driver_file import writable, write_change_file, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files
 from airflow_backfill.engine.delta.listed_replace import replace_listed
-from airflow_backfill.engine.delta.log import load_table, still_newest
+from airflow_backfill.engine.delta.log import CDF_PROPERTY, load_table, still_newest
 from airflow_backfill.engine.internals import (
     DeltaTransaction,
     scala_items,
@@ -103,21 +103,23 @@ def replace_with_watermark(
 
 def overwrite_with_rows(
     spark: SparkSession, uri: str, rows: pa.Table, *, app_id: str, version: int, user_metadata: str,
-    before_commit: Callable[[], None] | None = None,
+    before_commit: Callable[[], None] | None = None, changes: pa.Table | None = None,
 ) -> bool | None:
     """Overwrite the table at `uri` with `rows` (the driver's, in the table's columns),
     written by the driver as one file (`driver_file`), in one commit with the watermark.
-    False when the table already records `version` or a later one; None, with nothing
-    written and `before_commit` not run, when the checksum lists no files or the rows do
-    not fit the table's schema: the caller then writes them through Spark."""
+    `changes`: the overwrite's change rows (`overwrite_feed`), written as its change file
+    when the table keeps a change feed. False when the table already records `version` or
+    a later one; None, with nothing written and `before_commit` not run, when the
+    checksum lists no files or the rows do not fit the table's schema: the caller then
+    writes them through Spark."""
     return _commit(spark, uri, None, mode=OVERWRITE, options={}, app_id=app_id, version=version,
-                   user_metadata=user_metadata, before_commit=before_commit, rows=rows)
+                   user_metadata=user_metadata, before_commit=before_commit, rows=rows, changes=changes)
 
 
 def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],
             app_id: str, version: int, user_metadata: str, replaced: str | None = None,
             before_commit: Callable[[], None] | None = None, rows: pa.Table | None = None,
-            new_table_properties: Mapping[str, str] | None = None) -> bool | None:
+            changes: pa.Table | None = None, new_table_properties: Mapping[str, str] | None = None) -> bool | None:
     # A concurrent commit of the same app id now conflicts.
     transaction = DeltaTransaction(spark, uri, app_id, still_newest(uri))
     if transaction.creating and new_table_properties is None:
@@ -133,10 +135,14 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
         fits = files is not None and (frame is None or _same_columns(frame, snapshot))
         no_tags = transaction.string_map({})
         if rows is not None:
-            if files is None or not _rows_fit(rows, snapshot):
+            properties = table_properties(snapshot) if files is not None else {}
+            if files is None or not _rows_fit(rows, snapshot, properties):
                 return None
             transaction.read_whole_table()
-            actions, tags = _replacing(transaction, files, [transaction.added(write_file(uri, rows))]), no_tags
+            written = [transaction.added(write_file(uri, rows))]
+            if changes is not None and properties.get(CDF_PROPERTY, "false").lower() == "true":
+                written.append(transaction.change_file(write_change_file(uri, changes)))
+            actions, tags = _replacing(transaction, files, written), no_tags
         elif replaced is not None:
             actions = replace_listed(transaction, frame, files, replaced, TARGET_ALIAS) if fits else None
             if actions is None:
@@ -171,16 +177,15 @@ def _replacing(transaction: DeltaTransaction, files: Any, added: Iterable[Any]) 
     return transaction.sequence([*added, *(transaction.removed(live, now) for live in scala_items(files))])
 
 
-def _rows_fit(rows: pa.Table, snapshot: Any) -> bool:
+def _rows_fit(rows: pa.Table, snapshot: Any, properties: Mapping[str, str]) -> bool:
     """Whether `rows` have the table's columns in order, of the Arrow types Spark's schema
     maps to, with no NULL in a non-nullable column, and only types `driver_file` describes,
-    in a table without CHECK constraints, generated or identity columns or column mapping
-    (Spark's writer checks, casts and maps anything else)."""
+    in a table (of `properties`) without CHECK constraints, generated or identity columns
+    or column mapping (Spark's writer checks, casts and maps anything else)."""
     from pyspark.sql.types import StructType
 
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
-    properties = table_properties(snapshot)
     if any(key.startswith("delta.constraints.") for key in properties) or properties.get(
             "delta.columnMapping.mode", "none") != "none":
         return False
