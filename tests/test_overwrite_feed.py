@@ -94,3 +94,20 @@ def test_change_rows_pair_a_key_held_before_and_after_as_an_update() -> None:
         {"k": 4, "v": "d", "_change_type": "insert"},
         {"k": 1, "v": "A", "_change_type": "update_postimage"},
     ]
+
+
+def test_a_table_whose_feed_nobody_reads_gets_no_change_file(spark, tmp_path: Path) -> None:
+    """An aggregate's state is overwritten with `fed=False`: the same rows, no change file."""
+    from airflow_backfill.engine.delta.keyed_writes import prepare, write
+
+    uri = str(tmp_path / "state")
+    create(spark, uri, TABLE, SCHEMA)
+    prepared = prepare(spark, uri, held_in_driver(changes(spark, CHANGES, SCHEMA)), ("k",), null_safe=True)
+    try:
+        assert write(spark, prepared, OVERWRITE, app_id="airflow_backfill/test", version=1, user_metadata="{}",
+                     fed=False) == len(CHANGES)
+    finally:
+        prepared.release()
+    log_entry = Path(uri, "_delta_log", f"{1:020}.json").read_text()
+    assert '"add"' in log_entry and '"cdc"' not in log_entry
+    assert not Path(uri, "_change_data").exists()

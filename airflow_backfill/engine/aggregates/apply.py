@@ -262,7 +262,7 @@ def _write_state_then_mv(spark: SparkSession, job: BackfillJob, state: PreparedC
 
     def write_state() -> None:
         write(spark, state, chosen.writes["state"], app_id=job.app_id, version=metadata.epoch,
-              user_metadata=metadata.user_metadata(job))
+              user_metadata=metadata.user_metadata(job), fed=False)  # nothing reads the state's feed
 
     def write_mv(before_commit: Callable[[], None] | None) -> int:
         return write(spark, mv, chosen.writes["mv"], app_id=job.app_id, version=metadata.epoch,

@@ -147,12 +147,14 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
 
 def write(
     spark: SparkSession, prepared: PreparedChanges, way: str, *, app_id: str, version: int, user_metadata: str,
-    before_commit: Callable[[], None] | None = None,
+    before_commit: Callable[[], None] | None = None, fed: bool = True,
 ) -> int:
     """Apply the prepared changes the `way` given, moving the watermark, in one commit.
     Returns the changed keys written (0 when the table already has transaction `version`).
     `before_commit` runs before the commit: once the files are written for an overwrite,
-    before anything is written for the other ways."""
+    before anything is written for the other ways. `fed`: an overwrite the driver writes
+    keeps the table's feed to the change (False for a table whose feed nobody reads, such
+    as an aggregate's state: no change file to write)."""
     from pyspark.sql import functions as F
 
     ensure_held(prepared.uri)
@@ -191,7 +193,7 @@ def write(
                     user_metadata=user_metadata, null_safe=prepared.null_safe, leading_nulls=prepared.changed.has_nulls)
     elif way == OVERWRITE:
         split = _split_in_driver(spark, prepared)
-        held = None if split is None else _overwrite_in_driver(split, new_rows, prepared)
+        held = None if split is None else _overwrite_in_driver(split, new_rows, prepared, fed=fed)
         written = None if held is None else overwrite_rows(
             spark, held.after, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata,
             before_commit=before_commit, changes=held.changes)
@@ -265,10 +267,12 @@ class DriverOverwrite:
     """An overwrite the driver writes: the table after the changes, and its change rows."""
 
     after: pa.Table
-    changes: pa.Table
+    changes: pa.Table | None
+    """None when the table's feed is not kept to the change (`write`'s `fed`)."""
 
 
-def _overwrite_in_driver(split: SplitRows, new_rows: DataFrame, prepared: PreparedChanges) -> DriverOverwrite | None:
+def _overwrite_in_driver(split: SplitRows, new_rows: DataFrame, prepared: PreparedChanges, *,
+                         fed: bool) -> DriverOverwrite | None:
     """The whole table after the changes as Arrow, in the table's columns and types, with
     the change rows of the overwrite (`overwrite_feed`), when the driver holds the new rows
     too (the driver then writes the table's one file and its change file); None otherwise."""
@@ -281,7 +285,7 @@ def _overwrite_in_driver(split: SplitRows, new_rows: DataFrame, prepared: Prepar
         target = arrow_schema_of(prepared.schema)
         kept, leaving, arriving = (part.select(target.names).cast(target)
                                    for part in (split.kept, split.leaving, arriving))
-        changes = overwrite_change_rows(leaving, arriving, split.key)
+        changes = overwrite_change_rows(leaving, arriving, split.key) if fed else None
     except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("new rows of %s written by Spark: %s", prepared.uri, error)
         return None
