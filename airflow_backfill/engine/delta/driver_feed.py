@@ -5,8 +5,9 @@ change-feed relation, its planning, a job to cache the rows and one to count the
 where the line items of an RF1 + RF2 pair (12 k rows in two files) take 0.06 s to read
 with Arrow. A range whose log shows it is small and of a simple shape is read here:
 
-- a commit with change files (`cdc` actions: DELETE, UPDATE, MERGE) is read from them
-  alone, as Delta's reader does;
+- a commit with change files (`cdc` actions: DELETE, UPDATE, MERGE, and the engine's own
+  overwrites of tables the driver holds, `overwrite_feed`) is read from them alone, as
+  Delta's reader does;
 - a commit without change files that only adds data files without deletion vectors (a
   blind append) is read as inserts of those files' rows.
 

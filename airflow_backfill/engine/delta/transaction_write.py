@@ -135,8 +135,10 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
         fits = files is not None and (frame is None or _same_columns(frame, snapshot))
         no_tags = transaction.string_map({})
         if rows is not None:
-            properties = table_properties(snapshot) if files is not None else {}
-            if files is None or not _rows_fit(rows, snapshot, properties):
+            if files is None:
+                return None
+            properties = table_properties(snapshot)
+            if not _rows_fit(rows, snapshot, properties):
                 return None
             transaction.read_whole_table()
             written = [transaction.added(write_file(uri, rows))]
