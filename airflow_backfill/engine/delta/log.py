@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -290,6 +290,11 @@ def commit_timestamp(uri: str, version: int) -> int | None:
     return None
 
 
+def keeps_change_feed(configuration: Mapping[str, Any]) -> bool:
+    """Whether a table of these properties keeps a change feed (`delta.enableChangeDataFeed`)."""
+    return str(configuration.get(CDF_PROPERTY, "false")).lower() == "true"
+
+
 def check_upstream(uri: str, version: int | None = None, *, key: Collection[str] = ()) -> UpstreamInfo:
     """Validate that the upstream can be backfilled from and describe it at `version`.
 
@@ -299,7 +304,7 @@ def check_upstream(uri: str, version: int | None = None, *, key: Collection[str]
     """
     table = open_upstream(uri, version)
     configuration = table.metadata().configuration
-    if str(configuration.get(CDF_PROPERTY, "false")).lower() != "true":
+    if not keeps_change_feed(configuration):
         raise UpstreamError(
             f"upstream {uri} does not have the Change Data Feed enabled; enable it with "
             f"ALTER TABLE ... SET TBLPROPERTIES ('{CDF_PROPERTY}' = 'true') "

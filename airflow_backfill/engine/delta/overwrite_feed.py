@@ -18,10 +18,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from airflow_backfill.engine.delta.change_feed import CHANGE_TYPE
 from airflow_backfill.engine.delta.key_lookup import contains
-
-CHANGE_TYPE = "_change_type"
-"""The column of a change file that says what each row is (Delta's name)."""
 
 
 def overwrite_change_rows(leaving: pa.Table, arriving: pa.Table, key: Sequence[str]) -> pa.Table:

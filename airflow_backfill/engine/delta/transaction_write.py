@@ -43,7 +43,7 @@ from airflow_backfill.engine.delta import commit_fence
 from airflow_backfill.engine.delta.driver_file import writable, write_change_file, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files
 from airflow_backfill.engine.delta.listed_replace import replace_listed
-from airflow_backfill.engine.delta.log import CDF_PROPERTY, load_table, still_newest
+from airflow_backfill.engine.delta.log import keeps_change_feed, load_table, still_newest
 from airflow_backfill.engine.internals import (
     DeltaTransaction,
     scala_items,
@@ -142,7 +142,7 @@ def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str
                 return None
             transaction.read_whole_table()
             written = [transaction.added(write_file(uri, rows))]
-            if changes is not None and properties.get(CDF_PROPERTY, "false").lower() == "true":
+            if changes is not None and keeps_change_feed(properties):
                 written.append(transaction.change_file(write_change_file(uri, changes)))
             actions, tags = _replacing(transaction, files, written), no_tags
         elif replaced is not None:
