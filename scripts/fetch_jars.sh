@@ -6,6 +6,9 @@
 #                                                       are left out so one version of each class is loaded
 #   jars/kafka-broker/pom.xml -> jars/kafka-broker/lib  Apache Kafka's broker for the loopback test broker,
 #                                                       run with the JDK; never on Spark's classpath
+#   jars/local-fs/src         -> jars/lib/airflow-backfill-local-fs.jar, compiled with the JDK's javac
+#                                                       (scripts/build_local_fs.sh): Hadoop's local file
+#                                                       system without the processes a commit starts
 #   jars/s3/pom.xml           -> jars/s3/lib            Hadoop's S3A connector (hadoop-aws, AWS SDK v2 modules),
 #                                                       loaded through spark.driver/executor.extraClassPath;
 #                                                       jars that pyspark ships are left out as for jars/lib
@@ -56,6 +59,7 @@ for key, value in delta_spark_conf().items(): print(key, value)' >jars/conf/spar
 }
 
 fetch jars/pom.xml jars/lib yes
+bash scripts/build_local_fs.sh jars/lib
 fetch jars/kafka-broker/pom.xml jars/kafka-broker/lib no
 fetch jars/s3/pom.xml jars/s3/lib yes
 write_spark_defaults

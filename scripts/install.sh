@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Sets up a machine, or does nothing when it already is: Java 17 for Spark (when missing),
+# Sets up a machine, or does nothing when it already is: a Java 17 JDK for Spark (when missing),
 # a .venv with the package, its test, demo, openlineage and s3 extras at the tested versions
 # (constraints-3.11.txt), the Delta and S3A jars, and an Airflow home with an initialised SQLite
 # database. The demo and test scripts run it first, so it must stay fast when nothing is missing.
@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 source scripts/debian_packages.sh
 
 missing=()
-command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless procps)
+# A JDK, not only a runtime: scripts/build_local_fs.sh compiles jars/local-fs with its javac.
+{ command -v java && command -v javac && command -v jar; } >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless procps)
 # The UI plugin's browser test drives the system's Chromium through Playwright (Playwright
 # never downloads a browser here).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)

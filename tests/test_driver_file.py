@@ -13,7 +13,6 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from airflow_backfill.engine.delta.commit_settings import CHECKPOINT_FILE_MANAGER
 from airflow_backfill.engine.delta.commits import TABLE_PROPERTIES, overwrite, overwrite_rows
 from airflow_backfill.engine.delta.driver_file import STRING_BOUND_CHARS, statistics
 
@@ -111,10 +110,6 @@ def test_rows_that_do_not_fit_the_table_are_left_to_spark(spark, tmp_path):
 
     spark.sql(f"ALTER TABLE delta.`{uri}` ADD CONSTRAINT positive CHECK (k > 0)")  # only Delta's writer checks it
     assert overwrite_rows(spark, _arrow(_rows()), uri, app_id=APP, version=1, user_metadata="{}") is None
-
-
-def test_sessions_write_checksums_without_renaming_through_file_context(spark):
-    assert spark.conf.get(CHECKPOINT_FILE_MANAGER).endswith("FileSystemBasedCheckpointFileManager")
 
 
 def test_delta_log_entries_on_local_tables_have_no_hadoop_checksum_files(spark, tmp_path):

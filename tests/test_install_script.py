@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("openjdk-17-jre-headless", "procps")
+PACKAGES = ("openjdk-17-jdk-headless", "procps")
 
 STUBS = {
     "id": '#!/bin/bash\n[ "$1" = "-u" ] && echo "$FAKE_UID"\n',

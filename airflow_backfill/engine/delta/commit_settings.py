@@ -3,37 +3,50 @@
 Without Hadoop's native library, Hadoop's local file system sets a new file's permissions
 by running `chmod`, and learns a file's link status, which every rename through
 `FileContext` asks for of both its paths, by running `readlink`: each a child process of
-the JVM, 4.5 ms apiece on machine M. Two settings cut them:
+the JVM, 4.5 ms of CPU and 5 to 10 ms of wall apiece. A commit asked for five: `readlink`
+of the log entry's temporary and final paths and `chmod` of the temporary one (Delta's
+`HDFSLogStore` writes through `FileContext`), `chmod` of the version's checksum file and of
+Hadoop's hidden `.crc` beside it.
 
-- Delta writes each commit's checksum (the file list the engine reads tables from) with
-  Spark's checkpoint file manager, by default the one that renames through `FileContext`;
-  the file-system based one renames through `FileSystem.rename`, which asks nothing of the
-  kind. Over 60 overwrites of a 10,000-row table on machine M (docs/benchmarks.md) a
-  commit took 121 ms with the first and 87 ms with the second.
-- Hadoop's default local file systems keep a hidden `.crc` file beside every file they
-  write, created and renamed as the file is: twice the processes. Delta writes its log
-  entries through `FileContext` (its `HDFSLogStore`), whose local file system for
-  `file:` is set to the raw one, which keeps no such file (a log entry is JSON Delta
-  reads whole). The `FileSystem` for `file:` stays the checksummed one: Hadoop's own code
-  casts it to `LocalFileSystem` (S3A's buffers on local disk do), and Parquet's files
-  keep their side files as before.
+With the project's jar (`jars/local-fs`, compiled at install time into the Delta jars'
+folder, on `spark.jars` with them) a commit starts none: its classes answer both questions
+with java.nio (`ShellFreeRawLocalFileSystem`), for Delta's log entries
+(`fs.AbstractFileSystem.file.impl`) and for the checksum files, which Spark's file-system
+based checkpoint file manager then writes without a hidden `.crc` beside them (a JSON
+file read whole). Without the jar (a cluster that provides Delta itself), Hadoop's own
+classes do the same with fewer savings: the raw local `FileContext` (no `.crc` beside a log
+entry) and the file-system based checkpoint file manager, which renames through
+`FileSystem.rename` and so asks no link status (over 60 overwrites of a 10,000-row table
+on machine M a commit took 121 ms with the `FileContext` one, 87 ms with this one).
 
-On object stores nothing changes: they rename by copying, and these settings name only
-the `file:` scheme.
+The `FileSystem` for `file:` stays Hadoop's checksummed one everywhere: Hadoop's own code
+casts it to `LocalFileSystem` (S3A's buffers on local disk do), executors write Parquet
+through it, and only the driver commits. On object stores nothing changes: these settings
+name only the `file:` scheme.
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Sequence
 
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 FILE_SYSTEM_CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
-
-
 LOCAL_FILE_CONTEXT = "spark.hadoop.fs.AbstractFileSystem.file.impl"
 RAW_LOCAL_FILE_CONTEXT = "org.apache.hadoop.fs.local.RawLocalFs"
 
+LOCAL_FS_JAR = "airflow-backfill-local-fs.jar"
+"""The jar `scripts/build_local_fs.sh` compiles from `jars/local-fs`."""
+SHELL_FREE_CHECKPOINT_FILE_MANAGER = "airflowbackfill.localfs.ShellFreeCheckpointFileManager"
+SHELL_FREE_LOCAL_FILE_CONTEXT = "airflowbackfill.localfs.ShellFreeRawLocalFs"
 
-def commit_settings() -> dict[str, str]:
-    """The settings, for every session and every phase's spark-submit."""
+
+def commit_settings(jars: Sequence[str]) -> dict[str, str]:
+    """The settings, for every session and every phase's spark-submit; `jars` are the ones
+    on `spark.jars` (the project's classes are named only when its jar is among them)."""
+    if any(os.path.basename(jar) == LOCAL_FS_JAR for jar in jars):
+        return {CHECKPOINT_FILE_MANAGER: SHELL_FREE_CHECKPOINT_FILE_MANAGER,
+                LOCAL_FILE_CONTEXT: SHELL_FREE_LOCAL_FILE_CONTEXT}
     return {CHECKPOINT_FILE_MANAGER: FILE_SYSTEM_CHECKPOINT_FILE_MANAGER, LOCAL_FILE_CONTEXT: RAW_LOCAL_FILE_CONTEXT}

@@ -70,9 +70,9 @@ def delta_spark_conf() -> dict[str, str]:
     """Spark settings for Delta Lake: the jars (when not provided), its SQL extension and
     catalog, the S3A classpath (when installed) and the settings that keep its commits on
     local tables from starting processes (`commit_settings`)."""
-    conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
-            **commit_settings()}
     jars = delta_jars()
+    conf = {"spark.sql.extensions": DELTA_EXTENSION, "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+            **commit_settings(jars)}
     if jars:
         conf["spark.jars"] = ",".join(jars)
     conf.update(s3a_classpath_conf())
