@@ -38,6 +38,7 @@ from airflow_backfill.job_input import beside_caller
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.kafka.task_group import kafka_backfill_task_group
 from airflow_backfill.operators.shared_forward import SharedForwardOperator
+from airflow_backfill.shared_forward import DEFAULT_WORKERS
 from airflow_backfill.task_group import backfill_task_group, caught_up_asset, delta_table_asset
 
 FORWARD_SHARED = "shared"
@@ -98,7 +99,7 @@ def backfill_dags(
     tags: Sequence[str] = ("airflow_backfill",),
     conn_id: str = "spark_default",
     forward_parallelism: int = 2,
-    forward_workers: int = 2,
+    forward_workers: int = DEFAULT_WORKERS,
     forward_kwargs: Mapping[str, Any] | None = None,
     default_args: Mapping[str, Any] | None = None,
     **group_kwargs: Any,

@@ -43,6 +43,7 @@ from typing import Any
 
 import yaml
 
+from airflow_backfill.shared_forward import DEFAULT_WORKERS
 from bench.measure import median, percentile
 
 UPSTREAMS = 5
@@ -57,7 +58,7 @@ class ManyMvsSettings:
     window_s: float = 120.0
     warm_up_s: float = 45.0
     epoch_interval: float = 1.0
-    workers: int = 2
+    workers: int = DEFAULT_WORKERS
     parallelism: int = 2
     seed: int = 1
 

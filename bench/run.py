@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # `python bench/run.py` puts bench/, not the checkout, on the path
     sys.path.insert(0, ROOT)
 
+from airflow_backfill.shared_forward import DEFAULT_WORKERS  # noqa: E402
 from bench import report, run_record  # noqa: E402
 from bench.measure import stopwatch  # noqa: E402
 from bench.workload import WARM_UP_SCALE_FACTOR  # noqa: E402
@@ -74,8 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--mvs", type=int, default=50, help="MVs of the many_mvs section (default 50)")
     parser.add_argument("--many-mvs-window", type=float, default=120.0,
                         help="seconds of each measured window of the many_mvs section")
-    parser.add_argument("--many-mvs-workers", type=int, default=2,
-                        help="rounds the shared forward applies at once in the many_mvs section (default 2)")
+    parser.add_argument("--many-mvs-workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"rounds the shared forward applies at once in the many_mvs section (default {DEFAULT_WORKERS})")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
     parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")

@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 
 from airflow_backfill.job import validate_parallelism
+from airflow_backfill.shared_forward import DEFAULT_WORKERS
 from airflow_backfill.spark_jobs.common import run_phase
 from airflow_backfill.spark_jobs.forward import install_stop_handlers
 
@@ -38,7 +39,8 @@ def parse_args(argv: list[str] | None = None) -> SharedForwardArgs:
     parser = argparse.ArgumentParser(prog="shared_forward", description=__doc__)
     parser.add_argument("--folder", required=True, help="the folder of job files")
     parser.add_argument("--parallelism", type=int, default=2, help="Spark parallelism of the application")
-    parser.add_argument("--workers", type=int, default=2, help="rounds applied at once")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS,
+                        help=f"rounds applied at once (default {DEFAULT_WORKERS})")
     parser.add_argument("--poll-interval", type=float, default=0.5, help="seconds between an idle MV's polls")
     parser.add_argument("--rescan-interval", type=float, default=15.0, help="seconds between reads of the folder")
     parser.add_argument("--status-file", help="write the members' status (JSON) to this file every second")

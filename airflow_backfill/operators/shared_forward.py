@@ -19,6 +19,7 @@ from airflow_backfill.job import validate_parallelism, validate_seconds, validat
 from airflow_backfill.operators.driver_jit_launch import choose_driver_jit
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import DEFAULT_STOP_TIMEOUT, entry_point
+from airflow_backfill.shared_forward import DEFAULT_WORKERS
 
 
 class SharedForwardOperator(SparkSubmitOperator):
@@ -27,7 +28,8 @@ class SharedForwardOperator(SparkSubmitOperator):
     :param folder: the folder of job files (absolute; `backfill_dags` resolves it).
     :param parallelism: Spark parallelism of the application (its `local[N]`, or its
         executors' cores on a cluster), shared by every MV's rounds.
-    :param workers: rounds applied at once (threads sharing the SparkSession).
+    :param workers: rounds applied at once (threads sharing the SparkSession; default 4,
+        the freshest for fifty MVs on 2 cores: docs/platform.md).
     :param poll_interval: seconds between two checks of an idle MV's upstream.
     :param status_file: where the application writes its members' status every second
         (templated; default: none).
@@ -46,7 +48,7 @@ class SharedForwardOperator(SparkSubmitOperator):
         *,
         folder: str,
         parallelism: int = 2,
-        workers: int = 2,
+        workers: int = DEFAULT_WORKERS,
         poll_interval: float = 0.5,
         status_file: str | None = None,
         max_seconds: float | str | None = None,

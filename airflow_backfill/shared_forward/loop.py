@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.internals import make_active
+from airflow_backfill.shared_forward import DEFAULT_WORKERS
 from airflow_backfill.shared_forward.log_names import member_turn, naming_members
 from airflow_backfill.shared_forward.members import LockBusy, Member
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WORKERS = 2
 DEFAULT_POLL_INTERVAL = 0.5
 DEFAULT_RESCAN_INTERVAL = 15.0
 DEFAULT_MAX_BACKOFF = 60.0
