@@ -266,8 +266,11 @@ def _check_snapshot_freshness_and_orchestration(result: dict, stdout: str) -> No
     assert len(stateless["engine_s"]) == len(stateless["plain_s"]) == 1
     assert _numbers(stateless["ratio"], stateless["engine_median_s"], stateless["plain_median_s"])
     unverified = overhead["stateless_unverified_key"]
-    assert unverified["engine_steps_median_s"]["_prove_key"] == 0.0
-    assert stateless["engine_steps_median_s"]["_prove_key"] > 0.0
+    # Unverified, the step only logs that it skips the proof (under load that alone can
+    # round to a millisecond); verified, it proves the key: more, in the same run.
+    proved_s = stateless["engine_steps_median_s"]["_prove_key"]
+    assert proved_s > 0.0
+    assert unverified["engine_steps_median_s"]["_prove_key"] < proved_s
     aggregate = overhead["aggregate"]
     assert aggregate["status"] == "measured" and _numbers(aggregate["ratio"], aggregate["engine_median_s"])
 
