@@ -18,6 +18,7 @@ class QuietMember:
     """A member with nothing pending, which logs while it is asked."""
 
     kind = "delta"
+    sources: tuple[str, ...] = ()
 
     def __init__(self, name: str) -> None:
         self.name = name

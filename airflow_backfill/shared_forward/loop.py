@@ -11,6 +11,11 @@ its member and reports why.
 
 Every line logged during a member's turn starts with the member's name (`log_names`).
 
+Rounds start as workers free up, longest-waiting member first, except that an MV over
+another member's MV goes first once that MV has committed since its own last round
+started: in a plain rotation it would often start while its source's round is still
+running and see that commit only a turn later.
+
 Each worker thread runs its rounds in a session of its own (`worker_session`): one
 SparkContext, JVM and cache for all, but separate temporary views and SQL settings, since
 rounds register views under fixed names (`source`, the change views) and set their
@@ -75,6 +80,10 @@ class MemberStatus:
     waiting: str | None = None
     last_error: str | None = None
     last_commit_at: float | None = None
+    started: float = -float("inf")
+    """When its last round was handed to a worker (monotonic seconds)."""
+    committed: float = -float("inf")
+    """When its last commit was collected (monotonic seconds)."""
 
     def summary(self) -> dict[str, Any]:
         return {"kind": self.member.kind, "target": self.member.target, "commits": self.commits,
@@ -124,6 +133,7 @@ class SharedForward:
         self.declarations: dict[str, Any] = {}
         self.load_errors: dict[str, str] = {}
         self._thread = threading.local()
+        self._round_ended = threading.Event()
 
     def run(self, stop: threading.Event, max_seconds: float | None = None) -> SharedForwardResult:
         started = time.monotonic()
@@ -146,7 +156,9 @@ class SharedForward:
                     if self.status_path and now - written >= 1.0:
                         self.write_status()
                         written = now
-                    stop.wait(min(0.05, self.poll_interval))
+                    # Woken as soon as a round ends, so that a worker never waits for the next tick.
+                    self._round_ended.wait(min(0.05, self.poll_interval))
+                    self._round_ended.clear()
             finally:
                 # The rounds in flight commit (never torn); their outcome is recorded as usual.
                 wait([status.running for status in self.members.values() if status.running is not None])
@@ -208,6 +220,7 @@ class SharedForward:
             if commits:
                 status.commits += commits
                 status.last_commit_at = time.time()
+                status.committed = now
                 status.next_check = now
             else:
                 status.next_check = now + self.poll_interval
@@ -227,9 +240,21 @@ class SharedForward:
                                    forward_error_at=time.time())
 
     def dispatch(self, pool: ThreadPoolExecutor, now: float) -> None:
-        for status in self.members.values():
-            if status.running is None and status.next_check <= now:
-                status.running = pool.submit(self.step, status)
+        """Hand due members to the free workers, in `priority` order."""
+        free = self.workers - sum(status.running is not None for status in self.members.values())
+        due = [status for status in self.members.values() if status.running is None and status.next_check <= now]
+        committed = {status.member.target: status.committed for status in self.members.values()}
+        for status in sorted(due, key=lambda status: self.priority(status, committed))[:max(0, free)]:
+            status.started = now
+            status.running = pool.submit(self.step, status)
+            status.running.add_done_callback(lambda _: self._round_ended.set())
+
+    @staticmethod
+    def priority(status: MemberStatus, committed: Mapping[str, float]) -> tuple[bool, float]:
+        """Sort key: a member whose source (another member's MV) committed since its last
+        round started, then the one whose last round started longest ago."""
+        source_moved = any(committed.get(source, -float("inf")) > status.started for source in status.member.sources)
+        return (not source_moved, status.started)
 
     def step(self, status: MemberStatus) -> int:
         """One member's turn, in a worker thread: check, then a round if one is due (its log

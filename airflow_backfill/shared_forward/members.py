@@ -59,6 +59,8 @@ class Member(Protocol):
     name: str
     kind: str
     target: str
+    sources: tuple[str, ...]
+    """The tables its rounds read (another member's target when it is an MV over an MV)."""
 
     def waiting(self) -> str | None:
         """Why the member may not run a round now, or None."""
@@ -93,6 +95,7 @@ class DeltaMember:
         self.job = job
         self.name = job.name
         self.target = job.target
+        self.sources: tuple[str, ...] = tuple(upstream.table for upstream in job.upstreams)
         self.parallelism = parallelism or job.parallelism
         self._rounds: Rounds | None = None
         self._watermark: int | None = None
@@ -156,6 +159,7 @@ class KafkaMvMember:
         self.job = job
         self.name = job.name
         self.target = job.target
+        self.sources: tuple[str, ...] = (job.source_table,)
         self._followed = False
 
     def waiting(self) -> str | None:
@@ -211,6 +215,7 @@ class KafkaSourceMember:
         self.job = job
         self.name = job.name
         self.target = job.table
+        self.sources: tuple[str, ...] = ()  # a topic, not a table
         self._held: ExitStack | None = None
 
     def waiting(self) -> str | None:
