@@ -195,9 +195,13 @@ def test_a_crash_between_the_state_and_mv_commits_is_recovered(spark, tables, mo
     check(upstream, job, ["g"])
 
 
-def test_a_failed_state_overwrite_leaves_the_mv_uncommitted(spark, tables, monkeypatch):
-    """The state's overwrite runs beside the MV's write; the MV commits only after the state
-    did, so a state write that fails leaves both tables as they were and the round redoable."""
+@pytest.mark.parametrize("held", [True, False], ids=["small state, written first", "large state, written beside"])
+def test_a_failed_state_overwrite_leaves_the_mv_uncommitted(spark, tables, monkeypatch, held):
+    """A state the driver writes is written before the MV's changes; a larger one beside the
+    MV's write, the MV committing only after the state did. Either way a state write that
+    fails leaves both tables as they were and the round redoable."""
+    if not held:
+        set_sizes(monkeypatch, driver_rows=0, held_table_rows=0)
     upstream = create(tables["source"], [row(g="a", x=1, s="p"), row(g="b", x=2, s="q")])
     job = job_for(tables, ALL)
     run_snapshot(spark, job)
@@ -215,11 +219,32 @@ def test_a_failed_state_overwrite_leaves_the_mv_uncommitted(spark, tables, monke
     with pytest.raises(RuntimeError, match="disk is full"):
         run_catch_up(spark, job)
     assert watermarks(job) == (0, 0)
-    assert sorted(ways) == ["overwrite", "overwrite"], "both small tables are overwritten, side by side"
-    monkeypatch.undo()
+    assert sorted(ways) == (["overwrite"] if held else ["overwrite", "overwrite"])
+    monkeypatch.setattr(aggregate_apply, "write", real)
     run_catch_up(spark, job)
     assert watermarks(job) == (1, 1)
     check(upstream, job, ["g"])
+
+
+@pytest.mark.parametrize("held", [True, False], ids=["touched groups in the driver", "kept in Spark"])
+def test_a_state_whose_count_would_go_negative_is_refused_before_any_write(spark, tables, monkeypatch, held):
+    """A state that does not match the upstream (here a group's count lowered by hand) and a
+    round that would take the count below zero: the round fails naming the MV and the fix,
+    and neither table moves."""
+    if not held:
+        set_sizes(monkeypatch, driver_rows=0, held_table_rows=0)
+    upstream = create(tables["source"], [row(g="a", x=1), row(g="b", x=2)])
+    job = job_for(tables, "SELECT g, COUNT(*) AS n FROM source GROUP BY g")
+    run_snapshot(spark, job)
+    state = spark.read.format("delta").load(state_uri(job.target))
+    lowered = state.selectExpr(*(f"CASE WHEN __g0 = 'a' THEN 0L ELSE {c} END AS {c}" if c == "__rows" else c
+                                 for c in state.columns)).localCheckpoint()
+    lowered.write.format("delta").mode("overwrite").save(state_uri(job.target))
+    versions = DeltaTable(job.target).version(), DeltaTable(state_uri(job.target)).version()
+    apply_epoch(upstream, [("delete", 0, row())])  # the row of group "a"
+    with pytest.raises(TargetError, match=f"state of MV {job.target} went negative.*rerun the snapshot"):
+        run_catch_up(spark, job)
+    assert (DeltaTable(job.target).version(), DeltaTable(state_uri(job.target)).version()) == versions
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["one chunk", "three chunks"])

@@ -70,6 +70,28 @@ def test_the_jvm(spark):
     assert internals.hadoop_configuration(spark).get("fs.defaultFS") is not None
 
 
+def test_pysparks_own_class_lookups_cost_no_jvm_call(spark, monkeypatch):
+    """The session pins PySpark's per-call class lookups (`pin_pyspark_classes`): building
+    SQL, selects, drops and functions asks the JVM nothing about classes, and still works."""
+    from py4j.java_gateway import GatewayClient
+    from pyspark.sql import functions as F
+
+    def steps():
+        return spark.sql("SELECT 1 AS a, 2 AS b").select(F.col("a") + F.lit(1), "b").drop("b")
+
+    steps()  # each member is looked up once
+    sent: list[str] = []
+    send = GatewayClient.send_command
+    monkeypatch.setattr(GatewayClient, "send_command",
+                        lambda client, command, *args, **kwargs: (sent.append(command), send(client, command, *args,
+                                                                                               **kwargs))[1])
+    frame = steps()
+    assert [command.split("\n")[:4] for command in sent if command.startswith("r\n")] == []
+    assert frame.first()[0] == 2
+    internals.pin_pyspark_classes(spark)  # again: nothing changes
+    assert spark.sql("SELECT 3 AS c").select(F.col("c")).first()[0] == 3
+
+
 def _table(spark, uri: str, rows: int = 4) -> None:
     (spark.range(rows).selectExpr("id AS k", "CAST(id AS STRING) AS s").write.format("delta")
      .option("delta.enableDeletionVectors", "true").save(uri))

@@ -20,6 +20,7 @@ import pytest
 
 from airflow_backfill.engine.delta.commit_settings import (
     CHECKPOINT_FILE_MANAGER,
+    COMMIT_LOCK,
     LOCAL_FILE_CONTEXT,
     SHELL_FREE_CHECKPOINT_FILE_MANAGER,
     SHELL_FREE_LOCAL_FILE_CONTEXT,
@@ -63,6 +64,17 @@ def test_the_sessions_commit_through_the_shell_free_classes(spark):
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     assert hadoop.get(LOCAL_FILE_CONTEXT.removeprefix("spark.hadoop.")) == SHELL_FREE_LOCAL_FILE_CONTEXT
     assert hadoop.get("fs.file.impl") in (None, "org.apache.hadoop.fs.LocalFileSystem")  # executors' writes unchanged
+
+
+def test_commits_take_the_lock_delta_takes_on_local_tables(spark, tmp_path):
+    """The lock is named in the settings; on a local table it is the one Delta would take
+    when left to ask the table's log store."""
+    from airflow_backfill.engine import internals
+
+    assert spark.conf.get(COMMIT_LOCK) == "true"
+    spark.range(2).write.format("delta").save(str(tmp_path / "t"))
+    log = internals.delta_log(spark, str(tmp_path / "t"))
+    assert log.store().isPartialWriteVisible(log.logPath(), log.newDeltaHadoopConf()) is True
 
 
 @pytest.mark.parametrize("qualified", [True, False], ids=["file-uri", "bare-path"])

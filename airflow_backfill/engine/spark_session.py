@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.arrow_types import TIME_ZONE
 from airflow_backfill.engine.delta.jars import delta_spark_conf
-from airflow_backfill.engine.internals import missing_class, quiet_loggers, set_default_time_zone
+from airflow_backfill.engine.internals import (
+    missing_class,
+    pin_pyspark_classes,
+    quiet_loggers,
+    set_default_time_zone,
+)
 from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.engine.sizes import sizes
@@ -109,6 +114,7 @@ def build_spark_session(app_name: str, parallelism: int) -> SparkSession:
     with _launched_on_archive(builder, submitted):
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    pin_pyspark_classes(session)
     _in_utc(session)
     quiet_loggers(session, QUIET_LOGGERS)
     _require_delta(session)

@@ -68,16 +68,31 @@ def held_whole(uri: str) -> bool:
     return bool(rows <= sizes().held_table_rows and pc.sum(actions.column("size_bytes")).as_py() <= sizes().held_table_bytes)
 
 
-def held_table(spark: SparkSession, uri: str) -> DataFrame | None:
-    """The latest version of a small table (`held_whole`) read by the driver from its
-    listed files, as a local relation; None for a larger table, or one the driver does not
-    read (`listed_rows`)."""
+@dataclass(frozen=True)
+class TableRows:
+    """A small table's rows the driver read, with the version and columns they are of."""
+
+    version: int
+    rows: pa.Table
+    schema: StructType
+
+
+def table_rows_in_driver(spark: SparkSession, uri: str) -> TableRows | None:
+    """The latest version of a small table (`held_whole`) as Arrow, read by the driver from
+    its listed files (columns and types as its log gives them); None for a larger table, or
+    one the driver does not read (`listed_rows`)."""
     if not held_whole(uri):
         return None
     table = load_table(uri)
     schema = spark_schema(table)
     rows = listed_rows(spark, uri, table.version(), schema)
-    return None if rows is None else local_relation(spark, rows, schema)
+    return None if rows is None else TableRows(table.version(), rows, schema)
+
+
+def held_table(spark: SparkSession, uri: str) -> DataFrame | None:
+    """`table_rows_in_driver` as a local relation."""
+    held = table_rows_in_driver(spark, uri)
+    return None if held is None else local_relation(spark, held.rows, held.schema)
 
 
 def held_or_cached(frame: DataFrame, limit: int | None = None) -> DataFrame:

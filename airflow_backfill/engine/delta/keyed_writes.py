@@ -47,6 +47,7 @@ from airflow_backfill.engine.delta.commits import (
     replace_matching,
 )
 from airflow_backfill.engine.delta.driver_rows import (
+    TableRows,
     arrow_rows,
     held_whole,
     local_arrow,
@@ -110,6 +111,8 @@ class PreparedChanges:
     """The table's version the facts and an overwrite's kept rows are read at."""
     schema: StructType
     """The table's columns at that version (from its log)."""
+    table_rows: TableRows | None = None
+    """The table's rows, when the caller read them already (used at `table_version` only)."""
 
     @property
     def arrived(self) -> bool:
@@ -124,8 +127,11 @@ class PreparedChanges:
         self.frame.unpersist()
 
 
-def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, null_safe: bool) -> PreparedChanges:
-    """Hold `changes` in memory, conformed to the table at `uri`, and read its facts."""
+def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, null_safe: bool,
+            table_rows: TableRows | None = None) -> PreparedChanges:
+    """Hold `changes` in memory, conformed to the table at `uri`, and read its facts.
+    `table_rows`: the table's rows the caller read (`table_rows_in_driver`), which an overwrite the driver
+    writes then does not read again."""
     table = load_table(uri)
     version = table.version()
     target = spark_schema(table)  # from the log: no table loaded by Spark
@@ -142,7 +148,8 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     table_max = table_key_max(uri, leading.name) if usable else None
     total, touched = rows_in_range(uri, leading.name, changed if usable else None)
     facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=all_above(changed, table_max))
-    return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version, target)
+    return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version, target,
+                           table_rows)
 
 
 def write(
@@ -161,7 +168,10 @@ def write(
     if (load_table(prepared.uri).transaction_version(app_id) or -1) >= version:
         return 0  # applied already: Delta would skip the write
     rows = prepared.changed.rows or 0
-    new_rows = prepared.frame.filter(f"`{PRESENT}` IS NOT NULL").drop(PRESENT, ARRIVED)
+
+    def new_rows() -> DataFrame:  # built only for the ways Spark writes
+        return prepared.frame.filter(f"`{PRESENT}` IS NOT NULL").drop(PRESENT, ARRIVED)
+
     if not rows:  # nothing changed here: whatever the way, only the watermark moves
         way = APPEND
     _refuse_unfit_way(way, prepared)
@@ -173,18 +183,18 @@ def write(
     if prepared.arrived:
         refuse_arrived_keys_held(spark, prepared)
     if way == APPEND:
-        append_new(new_rows, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
+        append_new(new_rows(), prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way in (REPLACE, DELETE) and (literal := _keys_as_literals(prepared)) is not None:
         # A delete is a replace by no rows (`new_rows` is empty then).
-        replace_matching(new_rows, prepared.uri, literal, app_id=app_id, version=version, user_metadata=user_metadata)
+        replace_matching(new_rows(), prepared.uri, literal, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE and prepared.changed.present_rows != rows:  # some keys leave, others get new rows
         keys = prepared.frame.select(*(F.col(quote(k)) for k in prepared.key))
-        if not replace_and_delete_listed(new_rows, keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."),
+        if not replace_and_delete_listed(new_rows(), keys, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."),
                                          app_id=app_id, version=version, user_metadata=user_metadata,
                                          null_safe=prepared.null_safe, leading_nulls=prepared.changed.has_nulls):
             _merge(spark, prepared, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way == REPLACE:
-        replace_keys(new_rows, prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
+        replace_keys(new_rows(), prepared.uri, prepared.key, _bound_sql(prepared, TARGET + "."), app_id=app_id,
                      version=version, user_metadata=user_metadata, null_safe=prepared.null_safe,
                      leading_nulls=prepared.changed.has_nulls)
     elif way == DELETE:
@@ -193,12 +203,12 @@ def write(
                     user_metadata=user_metadata, null_safe=prepared.null_safe, leading_nulls=prepared.changed.has_nulls)
     elif way == OVERWRITE:
         split = _split_in_driver(spark, prepared)
-        held = None if split is None else _overwrite_in_driver(split, new_rows, prepared, fed=fed)
+        held = None if split is None else _overwrite_in_driver(split, prepared, fed=fed)
         written = None if held is None else overwrite_rows(
             spark, held.after, prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata,
             before_commit=before_commit, changes=held.changes)
         if written is None:  # not the driver's to write: Spark writes them
-            overwrite(_rows_after(spark, prepared, None if split is None else split.kept, new_rows), prepared.uri,
+            overwrite(_rows_after(spark, prepared, None if split is None else split.kept, new_rows()), prepared.uri,
                       app_id=app_id, version=version, user_metadata=user_metadata, before_commit=before_commit)
     else:
         raise ValueError(f"unknown way to write keyed changes: {way!r}")
@@ -260,6 +270,8 @@ class SplitRows:
     """The rows of changed keys: what the changes replace or delete."""
     key: list[str]
     """The key columns, as the table spells them."""
+    changes: pa.Table
+    """The keyed changes themselves (`PreparedChanges.frame`'s rows)."""
 
 
 @dataclass(frozen=True)
@@ -271,16 +283,13 @@ class DriverOverwrite:
     """None when the table's feed is not kept to the change (`write`'s `fed`)."""
 
 
-def _overwrite_in_driver(split: SplitRows, new_rows: DataFrame, prepared: PreparedChanges, *,
-                         fed: bool) -> DriverOverwrite | None:
+def _overwrite_in_driver(split: SplitRows, prepared: PreparedChanges, *, fed: bool) -> DriverOverwrite | None:
     """The whole table after the changes as Arrow, in the table's columns and types, with
-    the change rows of the overwrite (`overwrite_feed`), when the driver holds the new rows
-    too (the driver then writes the table's one file and its change file); None otherwise."""
+    the change rows of the overwrite (`overwrite_feed`): the driver then writes the table's
+    one file and its change file. None when a type does not convert."""
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
-    arriving = local_arrow(new_rows)
-    if arriving is None:
-        return None
+    arriving = split.changes.filter(pc.is_valid(split.changes.column(PRESENT)))  # the keys' new rows
     try:
         target = arrow_schema_of(prepared.schema)
         kept, leaving, arriving = (part.select(target.names).cast(target)
@@ -298,7 +307,9 @@ def _split_in_driver(spark: SparkSession, prepared: PreparedChanges) -> SplitRow
     broadcast anti-join over a scan, a few tenths of a second a table. None otherwise,
     or for key types Arrow compares otherwise than Spark (`comparable_key`: floating
     point, nested)."""
-    if not held_whole(prepared.uri):
+    read = prepared.table_rows
+    held = read if read is not None and read.version == prepared.table_version else None
+    if held is None and not held_whole(prepared.uri):
         return None
     changes = local_arrow(prepared.frame)  # no job
     if changes is None:
@@ -307,7 +318,8 @@ def _split_in_driver(spark: SparkSession, prepared: PreparedChanges) -> SplitRow
     key_names = [names[column.lower()] for column in prepared.key]
     if not all(comparable_key(changes.schema.field(name).type) for name in key_names):
         return None
-    table = listed_rows(spark, prepared.uri, prepared.table_version, prepared.schema)
+    table = held.rows if held is not None else listed_rows(spark, prepared.uri, prepared.table_version,
+                                                           prepared.schema)
     if table is None:
         table = arrow_rows(read_table(spark, prepared.uri, prepared.table_version), sizes().held_table_rows)
     if table is None:
@@ -320,7 +332,7 @@ def _split_in_driver(spark: SparkSession, prepared: PreparedChanges) -> SplitRow
     if not prepared.null_safe:  # `=`: a table row with a NULL key part matches no change
         for name in key_names:
             changed = pc.and_(changed, pc.is_valid(table.column(name)))
-    return SplitRows(table.filter(pc.invert(changed)), table.filter(changed), key_names)
+    return SplitRows(table.filter(pc.invert(changed)), table.filter(changed), key_names, changes)
 
 
 def _same_key(prepared: PreparedChanges, left: str, right: str) -> Any:

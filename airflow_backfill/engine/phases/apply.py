@@ -43,7 +43,7 @@ from airflow_backfill.engine.delta.commits import (
     repeated_key_named,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver, key_gained_rows
-from airflow_backfill.engine.delta.driver_rows import held_in_driver
+from airflow_backfill.engine.delta.driver_rows import held_in_driver, table_rows_in_driver
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
     PreparedChanges,
@@ -267,9 +267,13 @@ def _apply_stateless(
         if held is None and listed is None:
             change_rows, arriving_rows = count_changes(feed)
         ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
+        # Under a WHERE the MV's own rows tell which changed keys it held: read them now (the
+        # write, an overwrite by the driver for such a small MV, uses them too)
+        mv_rows = table_rows_in_driver(spark, job.target) if held is not None and plan.filters_rows else None
         in_driver = None if held is None else changes_in_driver(
             spark, held.table, feed.schema, plan, refuse_repeated_keys=job.verify_primary_key,
-            keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0)
+            keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0,
+            held_mv=None if mv_rows is None else mv_rows.rows)
         if in_driver is not None:  # netted and mapped by the driver: no Spark job
             net, keyed = in_driver.net, in_driver.keyed
         else:
@@ -283,7 +287,8 @@ def _apply_stateless(
         if in_driver is None and (held is not None or change_rows <= sizes().driver_rows):  # few keys (at most one per
             keyed = held_in_driver(keyed, max(change_rows, sizes().driver_rows)) or keyed  # change row): held by the driver
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
-                           null_safe=any(keyed.schema[column].nullable for column in plan.mv_key))
+                           null_safe=any(keyed.schema[column].nullable for column in plan.mv_key),
+                           table_rows=mv_rows)
         try:
             if ask_upstream and prepared.arrived:  # prepare counted the keyed changes' arrivals
                 refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)

@@ -52,13 +52,16 @@ class DriverChanges:
 
 def changes_in_driver(
     spark: SparkSession, feed: pa.Table, schema: StructType, plan: QueryPlan, *, refuse_repeated_keys: bool,
-    keep_first_image: bool, arrivals: bool,
+    keep_first_image: bool, arrivals: bool, held_mv: pa.Table | None = None,
 ) -> DriverChanges | None:
     """The netted feed and the keyed MV changes of `feed` (rows of `schema`: upstream
     columns, `_change_type` and `_commit_version`), or None when the driver cannot work
     them out as Spark would (see the module's text). Without `arrivals` the frames carry
     no `__arrived`, as the caller drops it then. Raises `RepeatedKeyInFeed` for a key the
-    feed shows held twice (under `refuse_repeated_keys`)."""
+    feed shows held twice (under `refuse_repeated_keys`). `held_mv`: the MV's rows at the
+    range's start, when the driver read them: which changed keys the MV held is then looked
+    up in them, where it otherwise takes the query over the keys' rows before the range
+    (the MV is exact there, so both give the same keys)."""
     from pyspark.sql.types import BooleanType, StructField, StructType
 
     upstream = StructType([field for field in schema.fields if field.name not in FEED_COLUMNS])
@@ -92,7 +95,9 @@ def changes_in_driver(
     if flagged:
         kept = pc.or_(kept, netted.column(ARRIVED))
     if keep_first_image:
-        held = _held_before(spark, netted, plan, upstream)
+        held = _keys_of(held_mv, keys, plan) if held_mv is not None else None
+        if held is None:
+            held = _held_before(spark, netted, plan, upstream)
         if held is None:
             return None
         try:
@@ -124,6 +129,17 @@ def _keyed_rows(keys: pa.Table, new_rows: pa.Table, found: pa.Array, present: pa
     if flagged:
         columns[ARRIVED] = netted.column(ARRIVED)
     return pa.table(columns)
+
+
+def _keys_of(mv: pa.Table, keys: pa.Table, plan: QueryPlan) -> pa.Table | None:
+    """The MV's key columns named as `plan.mv_key`, or None when the MV spells a key in
+    another type than `keys` has it (then the query over the rows before decides)."""
+    names = {name.lower(): name for name in mv.column_names}
+    spelled = [names.get(key.lower()) for key in plan.mv_key]
+    if None in spelled or any(mv.schema.field(name).type != keys.schema.field(key).type
+                              for name, key in zip(spelled, plan.mv_key, strict=True)):
+        return None
+    return mv.select(spelled).rename_columns(list(plan.mv_key))
 
 
 def _held_before(spark: SparkSession, netted: pa.Table, plan: QueryPlan, upstream: StructType) -> pa.Table | None:
