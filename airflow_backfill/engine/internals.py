@@ -99,11 +99,11 @@ PINNED_CLASSES = {"PythonUtils": PYTHON_UTILS, "functions": FUNCTIONS, FUNCTIONS
 def pin_pyspark_classes(spark: SparkSession) -> None:
     """Make PySpark's own lookups of `PINNED_CLASSES` (`sc._jvm.PythonUtils.toSeq(...)` in
     every `spark.sql`, `select` or `drop`; `functions`, by its short and full names, in
-    every Column) cost no JVM call. Why: py4j resolves a short class name against every package
-    PySpark imported, a failing `Class.forName` each (0.65 ms), then asks what the member
-    is (0.1 ms): a shared-forward round of an aggregate made 36 such lookups. The pinned
-    names stand in the gateway's view as attributes, which Python finds before py4j's
-    `__getattr__`."""
+    every Column) cost no JVM call. Why: py4j resolves a short class name against every
+    package PySpark imported, a failing `Class.forName` each (0.65 ms), then asks what the
+    member is (0.1 ms): a shared-forward round of an aggregate made 36 such lookups. The
+    pinned names stand in the gateway's view as attributes, which Python finds before
+    py4j's `__getattr__`."""
     jvm: Any = spark._jvm
     for short, name in PINNED_CLASSES.items():
         if not isinstance(vars(jvm).get(short), _PinnedClass):

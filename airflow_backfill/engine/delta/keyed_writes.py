@@ -130,8 +130,8 @@ class PreparedChanges:
 def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, null_safe: bool,
             table_rows: TableRows | None = None) -> PreparedChanges:
     """Hold `changes` in memory, conformed to the table at `uri`, and read its facts.
-    `table_rows`: the table's rows the caller read (`table_rows_in_driver`), which an overwrite the driver
-    writes then does not read again."""
+    `table_rows`: the table's rows the caller read (`table_rows_in_driver`), which an
+    overwrite the driver writes then does not read again."""
     table = load_table(uri)
     version = table.version()
     target = spark_schema(table)  # from the log: no table loaded by Spark
