@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import typed_tables as typed  # noqa: E402
 
-WAYS = ("append", "delete", "replace", "overwrite", "merge")
+WAYS = ("append", "delete", "patch", "replace", "overwrite", "merge")
 """The incremental write ways, the most rarely offered first (an append only for changes
 whose keys are all new, a delete for changes without new rows)."""
 RECOMPUTE_WAYS = ("difference", "overwrite")

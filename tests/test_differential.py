@@ -50,7 +50,7 @@ ZONES = {
     "Asia/Kolkata": {"sizes": "default", "mvs": "computed",
                      "locale": ("de", "DE"), "session_zone": "Asia/Kolkata"},
 }
-WAYS = {"merge", "replace", "delete", "overwrite", "append"}
+WAYS = {"merge", "patch", "replace", "delete", "overwrite", "append"}
 RUN_TIMEOUT_S = 900
 
 

@@ -1,7 +1,8 @@
 """The driver's lookup of a Delta table's rows at a few keys: exactly the rows whose key
 columns equal some key (NULL never does), as of the version asked, read only from the
 files and row groups whose statistics leave room for a key; and no answer (Spark reads
-instead) for deletion vectors, a key type it cannot compare, or beyond its limits."""
+instead) for a key type it cannot compare, or beyond its limits. Tables with deletion
+vectors: tests/test_keyed_rows.py."""
 
 from __future__ import annotations
 
@@ -100,9 +101,6 @@ def test_no_answer_where_spark_must_read(table, tmp_path, monkeypatch):
     floats = str(tmp_path / "floats")
     write_deltalake(floats, pa.table({"f": [1.5, float("nan")], "k": [1, 2]}))
     assert lookup_rows(floats, 0, ["f", "k"], ["f"], pa.table({"f": [1.5]})) is None  # NaN compares otherwise
-    vectors = str(tmp_path / "vectors")
-    write_deltalake(vectors, pa.table({"k": [1, 2]}), configuration={"delta.enableDeletionVectors": "true"})
-    assert lookup_rows(vectors, 0, ["k"], ["k"], pa.table({"k": [1]})) is None  # its files may hide rows
     assert lookup_rows(table, 2, ["k", "missing"], ["k"], keys) is None
     for limit, value in (("lookup_keys", 1), ("lookup_rows", 3), ("scan_rows", 19)):
         with monkeypatch.context() as patched:

@@ -18,7 +18,15 @@ from airflow_backfill.engine.delta import keyed_writes
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, TABLE_PROPERTIES
 from airflow_backfill.engine.delta.driver_rows import held_in_driver
 from airflow_backfill.engine.delta.keyed_writes import cheapest_way, prepare, write, write_keyed
-from airflow_backfill.engine.planning.round_plan import APPEND, DELETE, MERGE, OVERWRITE, REPLACE, Rates
+from airflow_backfill.engine.planning.round_plan import (
+    APPEND,
+    DELETE,
+    MERGE,
+    OVERWRITE,
+    PATCH,
+    REPLACE,
+    Rates,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -42,6 +50,8 @@ def changes(spark, rows: list[tuple], schema: str, *, arrived: bool = False):
 
 
 def write_as(spark, way: str, uri: str, frame, version: int, key=("k",), null_safe: bool = False) -> int:
+    if way == PATCH:  # a patch writes changes the driver holds, as a round's small changes are
+        frame = held_in_driver(frame)
     prepared = prepare(spark, uri, frame, key, null_safe=null_safe)
     try:
         return write(spark, prepared, way, app_id=APP, version=version, user_metadata="{}")
@@ -52,6 +62,11 @@ def write_as(spark, way: str, uri: str, frame, version: int, key=("k",), null_sa
 def rows_of(spark, uri: str) -> list[tuple]:
     return sorted((tuple(r) for r in spark.read.format("delta").load(uri).collect()),
                   key=lambda r: tuple((v is not None, v) for v in r))
+
+
+def feed_rows(spark, uri: str, version: int) -> list:
+    return (spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version)
+            .option("endingVersion", version).load(uri)).collect()
 
 
 def netted_feed(spark, uri: str, version: int, key: tuple[str, ...] = ("k",)) -> dict:
@@ -75,9 +90,9 @@ def netted_feed(spark, uri: str, version: int, key: tuple[str, ...] = ("k",)) ->
 UPSERTS = [(5, "five", True), (20, "twenty", True), (6, "v6", True)]
 DELETES = [(3, None, None), (99, None, None)]
 CASES = {
-    "mixed": (UPSERTS + DELETES, (REPLACE, MERGE, OVERWRITE)),
-    "upserts": (UPSERTS, (REPLACE, MERGE, OVERWRITE)),
-    "deletes": (DELETES, (DELETE, MERGE, OVERWRITE)),
+    "mixed": (UPSERTS + DELETES, (PATCH, REPLACE, MERGE, OVERWRITE)),
+    "upserts": (UPSERTS, (PATCH, REPLACE, MERGE, OVERWRITE)),
+    "deletes": (DELETES, (PATCH, DELETE, MERGE, OVERWRITE)),
 }
 """Changes of each kind and the ways that apply them (a delete needs every change to leave;
 a replace needs some new row, and deletes the keys without one)."""
@@ -101,6 +116,15 @@ def test_every_way_leaves_the_same_rows_watermark_and_netted_feed(spark, tmp_pat
     assert DeltaTable(uri).transaction_version(APP) == 1
     changed = {(k,): (None if not present else (k, v)) for k, v, present in rows if (k, v) != (6, "v6") and k != 99}
     assert netted_feed(spark, uri, 1) == changed
+    if way == PATCH:  # written by the driver: its own change file, no row kept as it was rewritten
+        actions = [json.loads(line) for line in (tmp_path / "mv" / "_delta_log" / f"{1:020d}.json").read_text().splitlines()]
+        assert any("cdc" in action for action in actions)
+        info = next(action["commitInfo"] for action in actions if "commitInfo" in action)
+        assert "rows replaced by" in info["operationParameters"]["predicate"]
+        held = {k: f"v{k}" for k in range(1, 11)}
+        images = sum((2 if k in held else 1) if present else 1 for k, v, present in rows
+                     if (held.get(k) != v) and (present or k in held))
+        assert len(feed_rows(spark, uri, 1)) == images  # two rows per changed row, none for the unchanged
     # The same version again changes nothing: the watermark tells.
     assert write_as(spark, way, uri, changes(spark, [(1, None, None)], "k int, v string"), version=1) == 0
     assert len(rows_of(spark, uri)) == len(expected)
@@ -125,7 +149,7 @@ def test_a_round_of_new_keys_above_the_table_is_an_append_and_the_cheapest_way(s
     assert netted_feed(spark, uri, 1) == {(11,): (11, "new"), (12,): (12, "new")}
 
 
-@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE)])
+@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE), (PATCH, PATCH)])
 def test_null_keys_match_null_safely(spark, tmp_path, ways):
     uri = str(tmp_path / "state")
     create(spark, uri, [(None, 1), (1, 1), (2, 1)], "k int, n long")
@@ -140,7 +164,7 @@ def test_null_keys_match_null_safely(spark, tmp_path, ways):
     assert netted_feed(spark, uri, 2) == {(None,): None, (2,): None}
 
 
-@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE)])
+@pytest.mark.parametrize("ways", [(REPLACE, DELETE), (MERGE, MERGE), (OVERWRITE, OVERWRITE), (PATCH, PATCH)])
 def test_composite_date_and_string_keys(spark, tmp_path, ways):
     uri = str(tmp_path / "mv")
     day = datetime.date(2024, 1, 1)
@@ -158,7 +182,7 @@ def test_composite_date_and_string_keys(spark, tmp_path, ways):
     assert netted_feed(spark, uri, 2, ("d", "name")) == {(day + datetime.timedelta(1), "a'b"): None}
 
 
-@pytest.mark.parametrize("way", (REPLACE, MERGE, OVERWRITE))
+@pytest.mark.parametrize("way", (REPLACE, MERGE, OVERWRITE, PATCH))
 def test_a_key_that_arrives_while_the_table_holds_it_is_refused_and_nothing_is_written(spark, tmp_path, way):
     uri = str(tmp_path / "mv")
     create(spark, uri, [(k, f"v{k}") for k in range(1, 6)], "k long, v string")
@@ -174,7 +198,7 @@ def test_a_key_that_arrives_while_the_table_holds_it_is_refused_and_nothing_is_w
     assert rows_of(spark, uri) == [(1, "v1"), (2, "two"), (3, "v3"), (4, "v4"), (5, "v5"), (7, "seven")]
 
 
-@pytest.mark.parametrize("way", (REPLACE, OVERWRITE))
+@pytest.mark.parametrize("way", (REPLACE, OVERWRITE, PATCH))
 def test_date_keys_of_the_first_millennium_are_looked_up_and_refused_when_held(spark, tmp_path, way):
     """The arrived keys' bounds reach Spark as DATE literals: PySpark's own conversion of
     a date before the year 1000 fails."""

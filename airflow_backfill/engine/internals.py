@@ -414,13 +414,14 @@ class DeltaTransaction:
 
     def added(self, add: Mapping[str, Any]) -> Any:
         """An add action from its JSON form (`Action.fromJson`)."""
-        return self._action("add", add)
+        return self.action("add", add)
 
     def change_file(self, cdc: Mapping[str, Any]) -> Any:
         """A change file's action (`AddCDCFile`) from its JSON form."""
-        return self._action("cdc", cdc)
+        return self.action("cdc", cdc)
 
-    def _action(self, kind: str, fields: Mapping[str, Any]) -> Any:
+    def action(self, kind: str, fields: Mapping[str, Any]) -> Any:
+        """A log action of `kind` (`add`, `remove`, `cdc`) from its JSON form."""
         return _call("Action.fromJson", lambda: static_method(self._jvm, f"{DELTA}.actions.Action", "fromJson")(
             json.dumps({kind: dict(fields)})))
 

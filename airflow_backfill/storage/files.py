@@ -181,6 +181,21 @@ def parquet_metadata(uri: str) -> pq.FileMetaData:
 
 
 @names_failures("read")
+def read_bytes(uri: str, offset: int = 0, length: int | None = None) -> bytes:
+    """`length` bytes of the file from `offset` (to its end when None): a deletion vector
+    is a few bytes at an offset of a larger file."""
+    if not is_object_store(uri):
+        with open(uri.removeprefix("file://"), "rb") as handle:
+            handle.seek(offset)
+            return handle.read() if length is None else handle.read(length)
+    filesystem, path = _remote(uri)
+    with filesystem.open_input_file(path) as source:
+        if length is None:
+            length = source.size() - offset
+        return bytes(source.read_at(length, offset))
+
+
+@names_failures("read")
 def read_text(uri: str) -> str | None:
     """The file's text, None when it does not exist."""
     if not is_object_store(uri):

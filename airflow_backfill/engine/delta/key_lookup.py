@@ -7,6 +7,7 @@ gives `<=>`, and joining row numbers alone lets any column be taken afterwards.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -62,4 +63,27 @@ def _filler(data_type: pa.DataType) -> pa.Scalar:
         return pa.scalar(False)
     if pa.types.is_date32(data_type):
         return pa.array([0], pa.int32()).cast(data_type)[0]
+    if pa.types.is_decimal(data_type):
+        return pa.scalar(decimal.Decimal(0), data_type)
     return pa.array([0], pa.int64()).cast(data_type)[0]
+
+
+def same_rows(left: pa.Table, right: pa.Table, key: Sequence[str]) -> pa.Array | None:
+    """For each row of `left`, whether `right` holds a row of its key (`<=>`) equal to it in
+    every column (NULL equal to NULL; a NaN never equal, so a row holding one counts as
+    changed). Both have the same columns and types; `right`'s keys are unique. None when
+    Arrow does not compare some column type."""
+    if left.num_rows == 0 or right.num_rows == 0:
+        return pa.array([False] * left.num_rows, pa.bool_())
+    found = matching_rows(left, key, right, key)
+    matched = pc.is_valid(found)
+    aligned = right.take(pc.fill_null(found, 0))
+    same = matched
+    try:
+        for name in left.column_names:
+            a, b = left.column(name), aligned.column(name)
+            equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+            same = pc.and_(same, equal)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    return same

@@ -34,6 +34,7 @@ from airflow_backfill.engine.delta.commits import (
     ARRIVED,
     CHANGES,
     PRESENT,
+    REPEATED_KEY,
     TARGET,
     append_new,
     conform,
@@ -46,6 +47,7 @@ from airflow_backfill.engine.delta.commits import (
     replace_keys,
     replace_matching,
 )
+from airflow_backfill.engine.delta.driver_file import writable
 from airflow_backfill.engine.delta.driver_rows import (
     TableRows,
     arrow_rows,
@@ -54,7 +56,7 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_relation,
 )
 from airflow_backfill.engine.delta.key_literals import keys_condition, literal_types
-from airflow_backfill.engine.delta.key_lookup import comparable_key, contains
+from airflow_backfill.engine.delta.key_lookup import comparable_key, contains, same_rows
 from airflow_backfill.engine.delta.key_range import (
     EMPTY,
     KeyRange,
@@ -67,9 +69,13 @@ from airflow_backfill.engine.delta.key_range import (
     table_key_max,
     within_bounds,
 )
+from airflow_backfill.engine.delta.keyed_rows import FILE, POSITION, FoundRows, find_rows
 from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
-from airflow_backfill.engine.delta.log import load_table, spark_schema
+from airflow_backfill.engine.delta.log import DELETION_VECTORS_PROPERTY, load_table, spark_schema
+from airflow_backfill.engine.delta.log_state import table_state
 from airflow_backfill.engine.delta.overwrite_feed import overwrite_change_rows
+from airflow_backfill.engine.delta.patch_actions import fits, marked_files
+from airflow_backfill.engine.delta.transaction_write import patch_with_watermark
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
@@ -77,6 +83,7 @@ from airflow_backfill.engine.planning.round_plan import (
     DELETE,
     MERGE,
     OVERWRITE,
+    PATCH,
     REPLACE,
     Rates,
     TableFacts,
@@ -84,6 +91,7 @@ from airflow_backfill.engine.planning.round_plan import (
     write_estimates,
 )
 from airflow_backfill.engine.sizes import sizes
+from airflow_backfill.exceptions import BackfillError
 from airflow_backfill.storage.lease import ensure_held
 
 if TYPE_CHECKING:
@@ -113,6 +121,9 @@ class PreparedChanges:
     """The table's columns at that version (from its log)."""
     table_rows: TableRows | None = None
     """The table's rows, when the caller read them already (used at `table_version` only)."""
+    located: FoundRows | None = None
+    """The table's live rows of the changed keys with their files and positions, when the
+    driver found them (`keyed_rows`): what a patch deletes and feeds as old images."""
 
     @property
     def arrived(self) -> bool:
@@ -147,9 +158,43 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     usable = boundable(leading.dataType)
     table_max = table_key_max(uri, leading.name) if usable else None
     total, touched = rows_in_range(uri, leading.name, changed if usable else None)
-    facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=all_above(changed, table_max))
+    new_keys_only = all_above(changed, table_max)
+    located = None if held is None or new_keys_only else locate_keys(uri, version, target, held, key, null_safe)
+    facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=new_keys_only,
+                       patched_files=None if located is None else len(located.files))
     return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version, target,
-                           table_rows)
+                           table_rows, located)
+
+
+def locate_keys(uri: str, version: int, schema: StructType, changes: pa.Table, key: Sequence[str],
+                null_safe: bool) -> FoundRows | None:
+    """The table's live rows of the changes' keys, found by the driver (`keyed_rows`), when a
+    patch can write them: the table keeps deletion vectors, its columns are of types the
+    driver writes, and its keys compare in Arrow as in Spark. None otherwise."""
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+
+    state = table_state(uri, version)
+    if state is None or state.configuration.get(DELETION_VECTORS_PROPERTY) != "true":
+        return None
+    if "deletionVectors" not in state.reader_features:
+        return None
+    try:
+        target = arrow_schema_of(schema)
+    except (TypeError, NotImplementedError):
+        return None
+    if not writable(target.empty_table()):
+        return None
+    names = {name.lower(): name for name in schema.names}
+    columns = [names[column.lower()] for column in key]
+    try:
+        keys = pa.table([changes.column(column).cast(target.field(column).type) for column in columns],
+                        names=columns)
+    except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    found = find_rows(state, columns, keys, list(schema.names), null_safe=null_safe)
+    if found is not None and not all(fits(live) for live in found.files):
+        return None
+    return found
 
 
 def write(
@@ -182,6 +227,12 @@ def write(
         return rows
     if prepared.arrived:
         refuse_arrived_keys_held(spark, prepared)
+    if way == PATCH:
+        if _patch(spark, prepared, app_id=app_id, version=version, user_metadata=user_metadata, fed=fed):
+            log.info("%s %s changed keys into %s (%s rows)", way, rows, prepared.uri, prepared.changed.present_rows)
+            return rows
+        log.info("patch of %s not written by the driver: replacing through Delta", prepared.uri)
+        way = REPLACE if prepared.changed.present_rows else DELETE
     if way == APPEND:
         append_new(new_rows(), prepared.uri, app_id=app_id, version=version, user_metadata=user_metadata)
     elif way in (REPLACE, DELETE) and (literal := _keys_as_literals(prepared)) is not None:
@@ -214,6 +265,42 @@ def write(
         raise ValueError(f"unknown way to write keyed changes: {way!r}")
     log.info("%s %s changed keys into %s (%s rows)", way, rows, prepared.uri, prepared.changed.present_rows)
     return rows
+
+
+def _patch(spark: SparkSession, prepared: PreparedChanges, *, app_id: str, version: int, user_metadata: str,
+           fed: bool) -> bool:
+    """Write the changes as a patch (`patch_actions`): the old rows of their keys marked
+    deleted, their new rows appended, their change rows as the commit's change file. A key
+    whose new row equals its old one is left as it is. False when the driver cannot write
+    it (the table moved, a type does not convert): nothing is committed then."""
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+
+    located, changes = prepared.located, local_arrow(prepared.frame)
+    if located is None or changes is None:
+        return False
+    names = {name.lower(): name for name in prepared.schema.names}
+    key = [names[column.lower()] for column in prepared.key]
+    try:
+        target = arrow_schema_of(prepared.schema)
+        old = located.rows.filter(contains(located.rows, key, changes, key))
+        new = changes.filter(pc.is_valid(changes.column(PRESENT))).select(target.names).cast(target)
+        old_rows = old.select(target.names).cast(target)
+        same = same_rows(old_rows, new, key)
+    except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("patch of %s left to Delta: %s", prepared.uri, error)
+        return False
+    if same is not None:  # keys whose row did not change: nothing to write for them
+        unchanged = old_rows.filter(same).select(key)
+        kept_old = pc.invert(contains(old_rows, key, unchanged, key))
+        old, old_rows = old.filter(kept_old), old_rows.filter(kept_old)
+        new = new.filter(pc.invert(contains(new, key, unchanged, key)))
+    marked = marked_files(located.files, old.column(FILE).to_numpy(), old.column(POSITION).to_numpy())
+    feed = overwrite_change_rows(old_rows, new, key) if fed else None
+    written = patch_with_watermark(
+        spark, prepared.uri, read_version=prepared.table_version, marked=marked,
+        rows=new.sort_by([(column, "ascending") for column in key]), changes=feed, app_id=app_id, version=version,
+        user_metadata=user_metadata, predicate=f"{old.num_rows} rows replaced by {new.num_rows}")
+    return written is not None
 
 
 def _merge(spark: SparkSession, prepared: PreparedChanges, *, app_id: str, version: int, user_metadata: str) -> None:
@@ -355,6 +442,8 @@ def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> 
 
     if prepared.table_max is EMPTY:
         return
+    if _refused_in_driver(prepared):
+        return
     low, high, count = arrived_key_bounds(prepared.frame, prepared.leading, prepared.table_max)
     if not count:
         return
@@ -367,6 +456,28 @@ def refuse_arrived_keys_held(spark: SparkSession, prepared: PreparedChanges) -> 
         on=_same_key(prepared, TARGET, CHANGES), how="left_semi")
     # Evaluating the error expression on a held key fails the job, naming it.
     held.select(repeated_key_error(prepared.key)).limit(1).collect()
+
+
+def _refused_in_driver(prepared: PreparedChanges) -> bool:
+    """Whether the arrived keys were looked up among the rows the driver found for the
+    changed keys (`PreparedChanges.located`), raising for one the table holds; False when
+    the driver holds neither."""
+    changes = local_arrow(prepared.frame)
+    if prepared.located is None or changes is None:
+        return False
+    names = {name.lower(): name for name in prepared.schema.names}
+    key = [names[column.lower()] for column in prepared.key]
+    arrived = changes.filter(pc.fill_null(changes.column(ARRIVED), False)).select(key)
+    held = prepared.located.rows.filter(contains(prepared.located.rows, key, arrived, key))
+    if held.num_rows:
+        first = held.slice(0, 1).select(key).to_pylist()[0]
+        described = ", ".join(f"{column}={'NULL' if value is None else value}" for column, value in first.items())
+        raise RepeatedKeyInTable(REPEATED_KEY + described)
+    return True
+
+
+class RepeatedKeyInTable(BackfillError):
+    """An arrived key the table holds already, with the message a Spark check fails with."""
 
 
 def arrived_key_bounds(changes: DataFrame, leading: StructField, table_max: Any) -> tuple[Any, Any, int]:

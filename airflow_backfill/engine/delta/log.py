@@ -18,6 +18,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from airflow_backfill.engine.delta.log_state import commit_entry
 from airflow_backfill.engine.internals import CommitFile, IsNewest
 from airflow_backfill.exceptions import TargetError, UpstreamError
 from airflow_backfill.storage import files
@@ -249,9 +250,9 @@ def warn_if_rarely_checkpointed(uri: str) -> int:
 
 @names_failures()
 def commit_actions(uri: str, version: int) -> list[dict[str, Any]]:
-    """The actions of commit `version` from its log entry; [] when the entry is gone."""
-    text = files.read_text(join(uri, "_delta_log", f"{version:020d}.json"))
-    return [] if text is None else [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The actions of commit `version` from its log entry (parsed once per process,
+    `log_state.commit_entry`); [] when the entry is gone."""
+    return commit_entry(uri, version) or []
 
 
 HISTORY_ATTEMPTS = 20

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltalake.exceptions import TableNotFoundError
@@ -43,10 +43,17 @@ from airflow_backfill.engine.delta import commit_fence
 from airflow_backfill.engine.delta.driver_file import writable, write_change_file, write_file
 from airflow_backfill.engine.delta.listed_files import listed_files
 from airflow_backfill.engine.delta.listed_replace import replace_listed
-from airflow_backfill.engine.delta.log import keeps_change_feed, load_table, still_newest
+from airflow_backfill.engine.delta.log import (
+    DELETION_VECTORS_PROPERTY,
+    keeps_change_feed,
+    load_table,
+    still_newest,
+)
+from airflow_backfill.engine.delta.patch_actions import MarkedFile, vector_actions
 from airflow_backfill.engine.internals import (
     DeltaTransaction,
     scala_items,
+    snapshot_version,
     table_properties,
     table_schema_json,
 )
@@ -114,6 +121,45 @@ def overwrite_with_rows(
     writes them through Spark."""
     return _commit(spark, uri, None, mode=OVERWRITE, options={}, app_id=app_id, version=version,
                    user_metadata=user_metadata, before_commit=before_commit, rows=rows, changes=changes)
+
+
+def patch_with_watermark(
+    spark: SparkSession, uri: str, *, read_version: int, marked: Sequence[MarkedFile], rows: pa.Table | None,
+    changes: pa.Table | None, app_id: str, version: int, user_metadata: str, predicate: str,
+    before_commit: Callable[[], None] | None = None,
+) -> bool | None:
+    """Delete the `marked` rows of the table at `uri` (deletion vectors), append `rows` (the
+    driver's, in the table's columns) and record `changes` as the commit's change file, in
+    one commit with the watermark (`patch_actions`). `read_version`: the version the marked
+    rows were found at. False when the table already records `version` or a later one;
+    None, with nothing committed, when the table moved past `read_version`, keeps no
+    deletion vectors, or the rows do not fit its schema: the caller then writes another way."""
+    transaction = DeltaTransaction(spark, uri, app_id, still_newest(uri))
+    if transaction.creating:
+        return None
+    recorded = load_table(uri).transaction_version(app_id)
+    if recorded is not None and recorded >= version:
+        return False
+    snapshot = transaction.snapshot
+    properties = table_properties(snapshot)
+    if snapshot_version(snapshot) != read_version or properties.get(DELETION_VECTORS_PROPERTY) != "true":
+        return None
+    if rows is not None and rows.num_rows and not _rows_fit(rows, snapshot, properties):
+        return None
+    operation = transaction.write_operation(OVERWRITE, predicate, user_metadata, None)
+    with transaction.active():
+        transaction.read_whole_table()  # a concurrent commit of files fails this one
+        actions = [transaction.action(kind, fields) for kind, fields in vector_actions(uri, marked)]
+        if rows is not None and rows.num_rows:
+            actions.append(transaction.added(write_file(uri, rows)))
+        if changes is not None and changes.num_rows and keeps_change_feed(properties):
+            actions.append(transaction.change_file(write_change_file(uri, changes)))
+        if before_commit is not None:
+            before_commit()
+        confirm_held(uri)
+        commit_fence.reached()
+        transaction.commit(transaction.sequence(actions), operation, transaction.string_map({}), app_id, version)
+    return True
 
 
 def _commit(spark: SparkSession, uri: str, frame: DataFrame | None, *, mode: str, options: Mapping[str, str],

@@ -18,9 +18,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from airflow_backfill.engine.delta.commits import ARRIVED
 from airflow_backfill.engine.delta.dense_keys import fits, keys_unique_in_range
+from airflow_backfill.engine.delta.driver_rows import arrow_of, arrow_rows
 from airflow_backfill.engine.delta.key_range import (
     KeyRange,
     all_above,
@@ -29,7 +31,9 @@ from airflow_backfill.engine.delta.key_range import (
     integer_key_ranges,
     table_key_max,
 )
+from airflow_backfill.engine.delta.keyed_rows import find_rows
 from airflow_backfill.engine.delta.log import arrow_schema, load_table, open_upstream
+from airflow_backfill.engine.delta.log_state import table_state
 from airflow_backfill.engine.delta.ordered_keys import keys_unique_in_order
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.rounds.changes import duplicate_key
@@ -67,7 +71,9 @@ def refuse_repeated_appended_keys(
     if not appended.paths or not job.verify_primary_key:
         return
     if plan.filters_rows and not all_above(appended.keys, _largest_key_at(job, appended.keys.column, watermark)):
-        refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
+        keys = _appended_keys(job, plan, appended)
+        if keys is None or not refused_by_driver(job, plan, appended.end_version, keys):
+            refuse_keys_held_twice(spark, job, plan, appended.end_version, appended.keys)
         return
     if appended.keys.present_rows <= sizes().key_check_rows:
         duplicate = _repeated_in_files(appended.paths, _file_columns(job, plan.upstream_key))
@@ -147,7 +153,52 @@ def refuse_arrived_keys_held_twice(
                  "change feed holds all their rows, so the upstream is not read", watermark)
         return
     keys = net.filter(F.col(ARRIVED)).select(*(F.col(quote(c)) for c in plan.upstream_key))
+    held = _arrived_keys(net, plan)
+    if held is None:
+        held = arrow_rows(keys, sizes().lookup_keys)
+    if held is not None and refused_by_driver(job, plan, version, held):
+        return
     refuse_keys_held_twice(spark, job, plan, version, within, keys)
+
+
+def _arrived_keys(net: DataFrame, plan: QueryPlan) -> pa.Table | None:
+    """The arrived keys of netted changes the driver holds, without a Spark job."""
+    rows = arrow_of(net)
+    if rows is None:
+        return None
+    names = {name.lower(): name for name in rows.column_names}
+    arrived = rows.filter(pc.fill_null(rows.column(names[ARRIVED.lower()]), False))
+    return arrived.select([names[column.lower()] for column in plan.upstream_key])
+
+
+def refused_by_driver(job: BackfillJob, plan: QueryPlan, version: int, keys: pa.Table) -> bool:
+    """Whether the driver looked `keys` up in the upstream as of `version` (`keyed_rows`:
+    the files their statistics meet, their key columns, deletion vectors applied), raising
+    for a key held twice; False when it cannot, and Spark is asked. Its cost follows the
+    keys and the files they meet, not the upstream's size."""
+    state = table_state(job.source, version)
+    if state is None:
+        return False
+    columns = _file_columns(job, plan.upstream_key)
+    found = find_rows(state, columns, keys.rename_columns(columns), null_safe=True)
+    if found is None:
+        return False
+    counts = found.rows.group_by(columns, use_threads=False).aggregate([([], "count_all")])
+    repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if repeated.num_rows:
+        held = repeated.slice(0, 1).to_pylist()[0]
+        raise RepeatedKeyError(list(job.primary_key), job.source, held_times(held, int(held.pop("count_all")), version))
+    log.info("%s upstream keys the round added looked up at epoch %s in %s of %s files (%s key values read): "
+             "each is held once", keys.num_rows, version, len(found.files), len(state.files), found.scanned)
+    return True
+
+
+def _appended_keys(job: BackfillJob, plan: QueryPlan, appended: AppendedFiles) -> pa.Table | None:
+    """The key columns of the rows the appended files hold, when few enough to look up."""
+    if appended.keys.present_rows > sizes().lookup_keys:
+        return None
+    columns = _file_columns(job, plan.upstream_key)
+    return pa.concat_tables(read_parquet_columns(path, columns) for path in appended.paths)
 
 
 def refuse_keys_held_twice(

@@ -12,6 +12,11 @@ jobs they take:
   keys that leave without a new row are deleted from the table's listed files, or by a
   MERGE where the table does not list them);
 - `delete`: every change deletes its key: a DELETE by the same semi-join;
+- `patch`: the changed keys' rows, found by the driver in the files their statistics
+  meet, marked deleted in deletion vectors, the new rows appended and the change written
+  as a change file, all by the driver in one commit (`delta/patch_actions.py`): its cost
+  follows the changed keys and the key columns read to find them, not the table's size,
+  and its feed is two rows per changed row for every reader;
 - `merge`: Delta's MERGE of the keyed changes: any number of keys, but dozens of small
   jobs and a shuffle of every touched file (chosen when earlier rounds corrected the
   others' estimates upwards, or for `round_plan: merge`);
@@ -40,15 +45,15 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-APPEND, REPLACE, DELETE, MERGE, OVERWRITE, RECOMPUTE = (
-    "append", "replace", "delete", "merge", "overwrite", "recompute")
-WRITES = (APPEND, REPLACE, DELETE, MERGE, OVERWRITE)
+APPEND, REPLACE, DELETE, MERGE, OVERWRITE, RECOMPUTE, PATCH = (
+    "append", "replace", "delete", "merge", "overwrite", "recompute", "patch")
+WRITES = (APPEND, PATCH, REPLACE, DELETE, MERGE, OVERWRITE)
 """The ways to write keyed changes into one table (the MV, or an aggregate's state)."""
 
 DIFFERENCE = "difference"
 """How a recompute writes the MV when jobs read its feed: only the rows that differ from the
 MV (the recomputed rows compared with the MV's in one join), by a keyed write."""
-DIFFERENCE_WAYS = (APPEND, REPLACE, DELETE, MERGE)
+DIFFERENCE_WAYS = (APPEND, PATCH, REPLACE, DELETE, MERGE)
 """The keyed writes a recompute's difference may take (an overwrite would feed every row)."""
 
 WATERMARK_ONLY = "watermark only"
@@ -61,9 +66,9 @@ AUTO, INCREMENTAL = "auto", "incremental"
 ROUND_PLAN_CHOICES = (AUTO, INCREMENTAL, RECOMPUTE, MERGE)
 """What a job may ask for (`round_plan`): the cheapest estimate, never recompute, always
 recompute, or only the ways every reader of the MV's feed reads exactly."""
-FEED_FOR_EVERY_READER = (APPEND, MERGE)
-"""The ways whose change feed every Delta reader reads exactly: a MERGE writes its changes
-into change files. A replace, a delete and an overwrite or recompute of files with
+FEED_FOR_EVERY_READER = (APPEND, PATCH, MERGE)
+"""The ways whose change feed every Delta reader reads exactly: a patch and a MERGE write
+their changes into change files. A replace, a delete and an overwrite or recompute of files with
 deletion vectors leave the feed to be derived from the vectors, which Spark does and
 delta-rs 1.6 does not."""
 
@@ -83,7 +88,7 @@ _CORRECTION_BOUNDS = (0.2, 5.0)
 
 
 FIRST_USE_S: Mapping[str, float] = {
-    APPEND: 3.6, REPLACE: 4.9, DELETE: 4.9, MERGE: 9.4, OVERWRITE: 3.3, RECOMPUTE: 8.5, INCREMENTAL: 3.6}
+    APPEND: 3.6, PATCH: 3.3, REPLACE: 4.9, DELETE: 4.9, MERGE: 9.4, OVERWRITE: 3.3, RECOMPUTE: 8.5, INCREMENTAL: 3.6}
 """What a fresh JVM's first round of each plan costs beyond the same round in a warm one
 (code generation, the JIT compiler's first passes, Delta's first snapshots and commit):
 `python bench/chain.py --sections cold --scale 0.1` ran catch-ups of a 0.6 M-row MV over
@@ -95,7 +100,8 @@ recompute 6.4. The whole small MV overwritten (SF 0.02): 3.3. `incremental`, the
 incremental round before the feed (and a join's), takes the lightest incremental round
 measured; `append` the same, `delete` replace's (not measured apart). At 2 M rows under
 load 13 the differences were three to four times these; the recompute's stayed the
-largest. See docs/round-plans.md, "A fresh process and its first rounds"."""
+largest. A patch's first use is the overwrite's (both a commit the driver writes). See
+docs/round-plans.md, "A fresh process and its first rounds"."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ class Rates:
     job's own rounds scale them to the machine at hand."""
 
     fixed: Mapping[str, float] = field(default_factory=lambda: {
-        APPEND: 0.4, REPLACE: 1.0, DELETE: 1.7, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
+        APPEND: 0.4, PATCH: 0.06, REPLACE: 1.0, DELETE: 1.7, MERGE: 3.0, OVERWRITE: 0.5, RECOMPUTE: 0.8})
     feed_fixed: float = 1.35
     """Reading, netting and mapping the change feed and preparing the keyed changes (every
     plan but a recompute chosen before the feed)."""
@@ -124,6 +130,10 @@ class Rates:
     """Reading the key columns of a row in the files the changes' range touches (replace, delete)."""
     per_merged_row: float = 1.2e-6
     """Shuffling and rewriting a row of a touched file (merge)."""
+    per_patched_file: float = 0.004
+    """A touched file's deletion vector merged, written and its actions committed (patch)."""
+    per_patched_row: float = 4e-6
+    """A changed key's old and new rows compared, written to the data and change files (patch)."""
     per_upstream_row: float = 0.55e-6
     """Reading an upstream row and running the query over it (recompute)."""
     prove_fixed: float = 0.3
@@ -164,6 +174,9 @@ class TableFacts:
     key has no usable statistics)."""
     new_keys_only: bool = False
     """Every changed key lies above the table's largest key: nothing to delete."""
+    patched_files: int | None = None
+    """The files holding the changed keys' rows, when the driver found them (a patch can
+    write the changes); None when it did not look."""
 
 
 @dataclass(frozen=True)
@@ -223,6 +236,9 @@ def write_estimates(facts: TableFacts, change_keys: int, present_rows: int, rate
     }
     if facts.new_keys_only:
         estimates[APPEND] = rates.fixed[APPEND] + written
+    if facts.patched_files is not None:
+        estimates[PATCH] = (rates.fixed[PATCH] + facts.patched_files * rates.per_patched_file
+                            + (change_keys + present_rows) * rates.per_patched_row)
     if present_rows:  # the keys without a new row are deleted by the same replace
         estimates[REPLACE] = rates.fixed[REPLACE] + located + written
     if present_rows == 0:
