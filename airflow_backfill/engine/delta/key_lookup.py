@@ -10,6 +10,7 @@ from __future__ import annotations
 import decimal
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,7 +50,7 @@ def _join_columns(table: pa.Table, key: Sequence[str], row_name: str) -> pa.Tabl
         column = table.column(name).combine_chunks()
         columns[f"__v{i}"] = pc.fill_null(column, _filler(column.type)) if column.null_count else column
         columns[f"__n{i}"] = pc.is_null(column)
-    columns[row_name] = pa.array(range(table.num_rows), pa.int64())
+    columns[row_name] = pa.array(np.arange(table.num_rows, dtype=np.int64))
     return pa.table(columns)
 
 

@@ -200,19 +200,9 @@ def _file_rows(table_uri: str, live: LiveFile, key_columns: Sequence[str], keys:
                     pass  # statistics of another Python type: read the group
             key_rows = _plain(parquet.read_row_group(group, columns=list(key_columns)))
             read += group_rows
-            try:
-                typed = pa.table([keys.column(i).cast(key_rows.schema.field(name).type)
-                                  for i, name in enumerate(key_columns)], names=list(key_columns))
-                if len(key_columns) == 1 and not null_safe:
-                    mask = pc.fill_null(pc.is_in(key_rows.column(0), value_set=typed.column(0).unique()), False)
-                else:
-                    mask = contains(key_rows, key_columns, typed, key_columns)
-                    if not null_safe:
-                        for name in key_columns:
-                            mask = pc.and_(mask, pc.is_valid(key_rows.column(name)))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            local = _matching(key_rows, key_columns, keys, null_safe)
+            if local is None:
                 return None, 0
-            local = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
             if not len(local):
                 continue
             positions = local.astype(np.int64) + group_start
@@ -229,6 +219,30 @@ def _file_rows(table_uri: str, live: LiveFile, key_columns: Sequence[str], keys:
             empty = _plain(parquet.schema_arrow.empty_table().select(wanted))
             return empty.append_column(POSITION, pa.array([], pa.int64())), read
     return pa.concat_tables(parts), read
+
+
+def _matching(key_rows: pa.Table, key_columns: Sequence[str], keys: pa.Table, null_safe: bool) -> np.ndarray | None:
+    """The positions of `key_rows` whose key equals a row of `keys`: the first column by a
+    hash lookup of its values (a pass over the rows), the other columns only over the rows
+    it leaves; None when a type does not compare."""
+    try:
+        typed = pa.table([keys.column(i).cast(key_rows.schema.field(name).type)
+                          for i, name in enumerate(key_columns)], names=list(key_columns))
+        first, wanted = key_rows.column(0), typed.column(0)
+        mask = pc.fill_null(pc.is_in(first, value_set=wanted.drop_null().unique()), False)
+        if null_safe and wanted.null_count:
+            mask = pc.or_(mask, pc.is_null(first))
+        local = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if len(key_columns) > 1 and len(local):
+            candidates = key_rows.take(pa.array(local))
+            matched = contains(candidates, key_columns, typed, key_columns)
+            if not null_safe:
+                for name in key_columns:
+                    matched = pc.and_(matched, pc.is_valid(candidates.column(name)))
+            local = local[matched.to_numpy(zero_copy_only=False)]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return local
 
 
 def _plain(rows: pa.Table) -> pa.Table:

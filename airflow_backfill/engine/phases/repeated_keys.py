@@ -135,15 +135,20 @@ def refuse_arrived_keys_held_twice(
     rows; only such keys can be held twice at the end of a range that starts with each
     key held once. A query without WHERE has every upstream row in the MV, where the
     MERGE finds the first row, so the caller runs this only for queries that filter rows.
-    One job over `net` (cache it: the MERGE reads it next), or none when the driver holds
-    it, finds the keys' range; the upstream is read only when some key arrived, and not
-    even then when every arrived key lies above the largest key the upstream held at the
-    watermark (file statistics): then every row the key ever had is in the range's feed,
-    whose netting already counted them. New ids arriving in order, the common case, cost
-    no read of the upstream.
+
+    When the driver holds `net`, the arrived keys are looked up in the upstream's files at
+    `version` (`refused_by_driver`): a cost that follows the keys, whatever the upstream's
+    size. Otherwise one job over `net` (cache it: the MERGE reads it next) finds the keys'
+    range; the upstream is read only when some key arrived, and not even then when every
+    arrived key lies above the largest key the upstream held at the watermark (file
+    statistics): then every row the key ever had is in the range's feed, whose netting
+    already counted them.
     """
     from pyspark.sql import functions as F
 
+    held = _arrived_keys(net, plan)
+    if held is not None and (not held.num_rows or refused_by_driver(job, plan, version, held)):
+        return
     within = changes_key_range(net, plan.upstream_key[0], ARRIVED, only=ARRIVED)
     if not within.present_rows:
         return
@@ -153,11 +158,10 @@ def refuse_arrived_keys_held_twice(
                  "change feed holds all their rows, so the upstream is not read", watermark)
         return
     keys = net.filter(F.col(ARRIVED)).select(*(F.col(quote(c)) for c in plan.upstream_key))
-    held = _arrived_keys(net, plan)
     if held is None:
         held = arrow_rows(keys, sizes().lookup_keys)
-    if held is not None and refused_by_driver(job, plan, version, held):
-        return
+        if held is not None and refused_by_driver(job, plan, version, held):
+            return
     refuse_keys_held_twice(spark, job, plan, version, within, keys)
 
 
