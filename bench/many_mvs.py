@@ -168,11 +168,11 @@ def spark_submit(script: str, args: list[str], log: Path) -> subprocess.Popen:
     """A spark_jobs entry point as its operator submits it (Delta's jars, local master; the
     shared forward's driver with the quick JIT compiler, `SharedForwardOperator`'s default)."""
     from airflow_backfill.engine.delta.jars import delta_spark_conf
-    from airflow_backfill.engine.launch.jit import DRIVER_DEFAULT_JAVA_OPTIONS, QUICK_JIT_OPTION
+    from airflow_backfill.engine.launch.jit import DRIVER_DEFAULT_JAVA_OPTIONS, QUICK_JIT_OPTIONS
 
     conf = delta_spark_conf()
     if script == "shared_forward.py":
-        conf[DRIVER_DEFAULT_JAVA_OPTIONS] = QUICK_JIT_OPTION
+        conf[DRIVER_DEFAULT_JAVA_OPTIONS] = QUICK_JIT_OPTIONS
     command = ["spark-submit", "--master", "local[2]"]
     for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]

@@ -25,10 +25,12 @@ from airflow_backfill.hooks.delta import DeltaBackfillHook
 from airflow_backfill.job import BackfillJob
 
 
-def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob | None, mode: str) -> None:
+def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob | None, mode: str, *,
+                      long_lived: bool = False) -> None:
     """Add the quick compiler to the operator's driver options when `mode` asks for it, or
     under `auto` when the pending change of `job` is small; log the choice and what it
-    rests on."""
+    rests on. `long_lived`: the shared forward, whose quick compiler gets the larger code
+    cache (`launch/jit.py`)."""
     conf = dict(operator.conf or {})
     if mode == FULL:
         operator.log.info("driver JIT: optimising compiler (driver_jit='full')")
@@ -53,5 +55,5 @@ def choose_driver_jit(operator: SparkSubmitOperator, job: BackfillJob | None, mo
         operator.log.info("driver JIT: the quick compiler alone, for a small catch-up (%s)", change.describe())
     else:
         operator.log.info("driver JIT: the quick compiler alone (driver_jit='quick')")
-    conf[DRIVER_DEFAULT_JAVA_OPTIONS] = with_quick_jit(conf.get(DRIVER_DEFAULT_JAVA_OPTIONS))
+    conf[DRIVER_DEFAULT_JAVA_OPTIONS] = with_quick_jit(conf.get(DRIVER_DEFAULT_JAVA_OPTIONS), long_lived=long_lived)
     operator.conf = conf

@@ -86,7 +86,7 @@ class SharedForwardOperator(SparkSubmitOperator):
         sizing.pop("spark.master", None)
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         start_driver_on_archive(self, self.spark_conn_id)
-        choose_driver_jit(self, None, self.driver_jit)
+        choose_driver_jit(self, None, self.driver_jit, long_lived=True)
         self.log.info("shared forward of %s at parallelism %s with %s workers",
                       self.folder, self.parallelism, self.workers)
         super().execute(context)

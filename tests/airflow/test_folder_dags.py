@@ -168,7 +168,7 @@ def test_a_missing_folder_is_an_import_error_naming_it(tmp_path):
 
 
 @pytest.mark.parametrize(("driver_jit", "user_conf", "expected"), [
-    (None, {}, "-XX:TieredStopAtLevel=1"),
+    (None, {}, "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"),
     ("full", {}, None),
     ("quick", {"spark.driver.extraJavaOptions": "-XX:-TieredCompilation"}, None),
 ])

@@ -58,6 +58,8 @@ class FoundRows:
     """The files that hold at least one of the rows."""
     scanned: int
     """Key values read to find them."""
+    version: int
+    """The table's version they were found at."""
 
 
 def find_rows(state: TableState, key_columns: Sequence[str], keys: pa.Table, columns: Sequence[str] = (), *,
@@ -98,12 +100,12 @@ def find_rows(state: TableState, key_columns: Sequence[str], keys: pa.Table, col
             parts.append(rows.append_column(FILE, pa.array(np.full(rows.num_rows, len(touched), np.int32))))
             touched.append(live)
     if not parts:
-        return FoundRows(_empty(state, wanted), [], scanned)
+        return FoundRows(_empty(state, wanted), [], scanned, state.version)
     try:
         table = pa.concat_tables(parts, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
-    return FoundRows(table, touched, scanned)
+    return FoundRows(table, touched, scanned, state.version)
 
 
 def _empty(state: TableState, wanted: list[str]) -> pa.Table:

@@ -139,10 +139,12 @@ class PreparedChanges:
 
 
 def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, null_safe: bool,
-            table_rows: TableRows | None = None) -> PreparedChanges:
+            table_rows: TableRows | None = None, located: FoundRows | None = None) -> PreparedChanges:
     """Hold `changes` in memory, conformed to the table at `uri`, and read its facts.
     `table_rows`: the table's rows the caller read (`table_rows_in_driver`), which an
-    overwrite the driver writes then does not read again."""
+    overwrite the driver writes then does not read again. `located`: the table's rows of
+    keys that include the changes' (`locate_keys` at the table's latest version), which a
+    patch then does not look up again."""
     table = load_table(uri)
     version = table.version()
     target = spark_schema(table)  # from the log: no table loaded by Spark
@@ -159,7 +161,10 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     table_max = table_key_max(uri, leading.name) if usable else None
     total, touched = rows_in_range(uri, leading.name, changed if usable else None)
     new_keys_only = all_above(changed, table_max)
-    located = None if held is None or new_keys_only else locate_keys(uri, version, target, held, key, null_safe)
+    if held is None or new_keys_only:
+        located = None
+    elif located is None or located.version != version:
+        located = locate_keys(uri, version, target, held, key, null_safe)
     facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=new_keys_only,
                        patched_files=None if located is None else len(located.files))
     return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version, target,

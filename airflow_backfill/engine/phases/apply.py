@@ -47,6 +47,7 @@ from airflow_backfill.engine.delta.driver_rows import held_in_driver, table_rows
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
     PreparedChanges,
+    locate_keys,
     prepare,
     refuse_arrived_keys_held,
     write,
@@ -57,6 +58,7 @@ from airflow_backfill.engine.delta.log import (
     column_names,
     load_table,
     rows_written,
+    spark_schema,
 )
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.driver_changes import changes_in_driver
@@ -104,6 +106,7 @@ from airflow_backfill.storage.spark_parquet import read_parquet_files
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_backfill.engine.delta.keyed_rows import FoundRows
     from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
@@ -160,6 +163,16 @@ def feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
         return None
     wanted = referenced | {column.lower() for column in plan.upstream_key}
     return column_names(job.source, wanted)
+
+
+def _mv_rows_of_feed_keys(job: BackfillJob, plan: QueryPlan, feed: pa.Table) -> FoundRows | None:
+    """The MV's rows of every key the feed changes, found by the driver (`locate_keys`), or
+    None when it does not find them (the MV's rows are then read whole, or Spark asked)."""
+    table = load_table(job.target)
+    names = {name.lower(): name for name in feed.column_names}
+    keys = feed.select([names[column.lower()] for column in plan.upstream_key]).rename_columns(list(plan.mv_key))
+    keys = keys.group_by(list(plan.mv_key), use_threads=False).aggregate([])
+    return locate_keys(job.target, table.version(), spark_schema(table), keys, plan.mv_key, null_safe=True)
 
 
 def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_version: int) -> AppendedFiles | None:
@@ -267,13 +280,17 @@ def _apply_stateless(
         if held is None and listed is None:
             change_rows, arriving_rows = count_changes(feed)
         ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
-        # Under a WHERE the MV's own rows tell which changed keys it held: read them now (the
-        # write, an overwrite by the driver for such a small MV, uses them too)
-        mv_rows = table_rows_in_driver(spark, job.target) if held is not None and plan.filters_rows else None
+        # Under a WHERE the MV's own rows tell which changed keys it held: its rows of the
+        # feed's keys, looked up (a patch then marks them), else the whole MV when small (an
+        # overwrite by the driver uses them too)
+        located = mv_rows = None
+        if held is not None and plan.filters_rows:
+            located = _mv_rows_of_feed_keys(job, plan, held.table)
+            mv_rows = table_rows_in_driver(spark, job.target) if located is None else None
+        held_mv = located.rows if located is not None else mv_rows.rows if mv_rows is not None else None
         in_driver = None if held is None else changes_in_driver(
             spark, held.table, feed.schema, plan, refuse_repeated_keys=job.verify_primary_key,
-            keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0,
-            held_mv=None if mv_rows is None else mv_rows.rows)
+            keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0, held_mv=held_mv)
         if in_driver is not None:  # netted and mapped by the driver: no Spark job
             net, keyed = in_driver.net, in_driver.keyed
         else:
@@ -288,7 +305,7 @@ def _apply_stateless(
             keyed = held_in_driver(keyed, max(change_rows, sizes().driver_rows)) or keyed  # change row): held by the driver
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key),
-                           table_rows=mv_rows)
+                           table_rows=mv_rows, located=located)
         try:
             if ask_upstream and prepared.arrived:  # prepare counted the keyed changes' arrivals
                 refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)

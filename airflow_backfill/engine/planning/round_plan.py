@@ -115,6 +115,12 @@ class Rates:
     feed_fixed: float = 1.35
     """Reading, netting and mapping the change feed and preparing the keyed changes (every
     plan but a recompute chosen before the feed)."""
+    driver_feed_fixed: float = 0.08
+    """The same for a feed the driver reads from the change files and nets with Arrow
+    (`delta/driver_feed.py`): a stateless round of a few keys took 0.16 - 0.3 s in all,
+    the feed, its netting and mapping about a third of it."""
+    per_driver_change_row: float = 3e-6
+    """Reading and netting a change row with Arrow in the driver."""
     aggregate_fixed: float = 0.4
     """Folding an aggregate's changes into its touched groups (joined with their old state)."""
     per_change_row: float = 13e-6
@@ -350,7 +356,8 @@ def aggregate_round_estimates(
 
 def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggregate: bool,
                     prove_key: bool, inserts: bool = True, located: TableFacts | None = None,
-                    readers: int = 0, mv_rows: int = 0) -> dict[str, float]:
+                    readers: int = 0, mv_rows: int = 0, driver_feed: bool = False,
+                    patchable: bool = False) -> dict[str, float]:
     """What is known before a round reads its feed (its change rows guessed from the
     change files' bytes): a recompute's estimate, and the least any incremental round
     could cost (the feed and the cheapest write's fixed cost, writing nothing). A
@@ -365,10 +372,20 @@ def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggre
 
     With `readers` of the MV's feed, the recompute counts what its feed costs them
     (`recompute_before_the_feed`); the least incremental round stays a least (its feed may
-    change no MV row)."""
-    feed = rates.feed_fixed + change_rows * rates.per_change_row
+    change no MV row). `driver_feed`: the range's log shows a feed the driver reads (its
+    rates, not Spark's); `patchable`: the MV takes a patch, whose fixed cost is then the
+    least write's."""
+    if driver_feed:
+        feed = rates.driver_feed_fixed + change_rows * rates.per_driver_change_row
+    else:
+        feed = rates.feed_fixed + change_rows * rates.per_change_row
     writes = 2 if aggregate else 1
-    least = feed + writes * min(rates.fixed[way] for way in WRITES) + (rates.aggregate_fixed if aggregate else 0.0)
+    ways = WRITES if patchable else tuple(way for way in WRITES if way != PATCH)
+    least = feed + writes * min(rates.fixed[way] for way in ways) + (rates.aggregate_fixed if aggregate else 0.0)
+    if patchable and not aggregate:
+        return {INCREMENTAL: least, RECOMPUTE: min(recompute_before_the_feed(
+            change_rows, upstream_rows, rates, aggregate=aggregate, prove_key=prove_key, inserts=inserts,
+            readers=readers, mv_rows=mv_rows).values())}
     if located is not None and not aggregate:
         keys = change_rows // 2
         least = feed + min(min(write_estimates(located, keys, present, rates).values()) for present in (0, keys))

@@ -24,7 +24,7 @@ from airflow_backfill.engine.delta.change_feed import (
     logged_change_rows,
     range_inserts_rows,
 )
-from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range
+from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range, range_files
 from airflow_backfill.engine.delta.key_range import (
     KeyRange,
     all_above,
@@ -32,7 +32,8 @@ from airflow_backfill.engine.delta.key_range import (
     table_key_max,
     table_rows,
 )
-from airflow_backfill.engine.delta.log import load_table
+from airflow_backfill.engine.delta.log import DELETION_VECTORS_PROPERTY, load_table
+from airflow_backfill.engine.delta.log_state import table_state
 from airflow_backfill.engine.downstream import feed_readers_count
 from airflow_backfill.engine.planning.round_plan import (
     AUTO,
@@ -187,7 +188,9 @@ def recompute_first(
         if changed is not None:
             changes, located = changed.rows, mv_files_to_search(job.target, keys[1], changed)
     estimates = first_use(before_the_feed(changes, rows, rates, aggregate=aggregate, prove_key=prove_key,
-                                          inserts=inserts, located=located, readers=feed_readers, mv_rows=mv_rows))
+                                          inserts=inserts, located=located, readers=feed_readers, mv_rows=mv_rows,
+                                          driver_feed=driver_reads_feed(job.source, watermark, end_version),
+                                          patchable=patchable(job.target)))
     recompute = estimates[RECOMPUTE] * job_corrections(job).get(RECOMPUTE, 1.0)
     if not recompute_saves(recompute, estimates[INCREMENTAL]):
         return None
@@ -196,6 +199,18 @@ def recompute_first(
     return recompute_writing(RoundPlan(
         RECOMPUTE, {RECOMPUTE: recompute}, f"recompute {recompute:.2f} s is below the least an incremental round "
         f"of about {changes} change rows costs ({estimates[INCREMENTAL]:.2f} s)", estimates[RECOMPUTE]), ways)
+
+
+def driver_reads_feed(source: str, watermark: int, end_version: int) -> bool:
+    """Whether the range's feed is of a shape and size the driver reads (`range_files`)."""
+    return range_files(source, watermark, end_version, sizes().feed_rows) is not None
+
+
+def patchable(target: str) -> bool:
+    """Whether the MV keeps deletion vectors, so that a patch can write its rounds."""
+    state = table_state(target)
+    return (state is not None and state.configuration.get(DELETION_VECTORS_PROPERTY) == "true"
+            and "deletionVectors" in state.reader_features)
 
 
 def recompute_writing(plan: RoundPlan, ways: Mapping[str, float]) -> RoundPlan:
