@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
-from airflow_backfill.kafka.cli import add_kafka_demo, add_kafka_status
+from airflow_backfill.kafka_cli import add_kafka_demo, add_kafka_status
 from airflow_backfill.stop_signals import request_stop_on
 
 if TYPE_CHECKING:
@@ -165,8 +165,8 @@ def _load_job(path: str) -> BackfillJob:
 def _configure_spark_storage(spark: Any, job: BackfillJob) -> None:
     """Give a Spark session the job's S3 connection (commands that start Spark here)."""
     if job.aws_conn_id:
+        from airflow_backfill.engine.spark_s3 import configure_s3a
         from airflow_backfill.hooks.delta import DeltaBackfillHook
-        from airflow_backfill.storage.spark_s3 import configure_s3a
 
         settings = DeltaBackfillHook.for_job(job).s3_settings()
         if settings is not None:

@@ -207,7 +207,7 @@ KAFKA_PIPELINE = {
 
 def test_kafka_pipelines_are_listed_from_the_serialized_dag_beside_the_jobs(tmp_path):
     from airflow_backfill.kafka.config import KafkaPipeline
-    from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+    from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 
     pipeline = KafkaPipeline.from_mapping(KAFKA_PIPELINE)
     with DAG("kafka", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
