@@ -270,6 +270,20 @@ class BackfillJob:
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."
             )
+        self._check_query()
+
+    def _check_query(self) -> None:
+        """Refuse a query the engine cannot maintain when the job loads (in the DAG processor,
+        `airflow-backfill check`), not when its first task runs. Checks that need the
+        upstream's schema or change feed wait for `pin_epoch`."""
+        # The query parser loads with the first job, not with this module (provider discovery imports it).
+        from airflow_backfill.engine.planning.join_query import check_join_query
+        from airflow_backfill.engine.planning.query import plan_query
+
+        if self.is_join:
+            check_join_query(self.query, tuple(upstream.name for upstream in self.upstreams))
+        else:
+            plan_query(self.query, self.primary_key)
 
     def _validate_join_upstreams(self) -> None:
         if self.source or self.primary_key:
@@ -324,7 +338,7 @@ class BackfillJob:
         try:
             return cls(**data)
         except BackfillConfigError as error:
-            raise BackfillConfigError(f"{origin}: {error}") from None
+            raise type(error)(f"{origin}: {error}") from None
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-serialisable mapping that `from_mapping` turns back into this job."""
