@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import yaml
 
+from airflow_backfill.config import setting
 from airflow_backfill.exceptions import BackfillConfigError
 
 MAX_PARALLELISM = 1024
@@ -107,8 +108,9 @@ DEFAULT_HOME = "~/airflow_backfill"
 
 
 def backfill_home() -> str:
-    """Where the example jobs keep their tables: $AIRFLOW_BACKFILL_HOME or ~/airflow_backfill."""
-    return os.path.expanduser(os.environ.get(HOME_VARIABLE) or DEFAULT_HOME)
+    """Where the example jobs keep their tables: the `[airflow_backfill] home` setting
+    ($AIRFLOW_BACKFILL_HOME overrides it; default ~/airflow_backfill)."""
+    return os.path.expanduser(setting("home") or DEFAULT_HOME)
 
 
 def expand_variables(value: str) -> str:
