@@ -10,6 +10,7 @@
     airflow-backfill consistent --job FILE [--job FILE ...] [--table URI] [--jobs-in DIR]
                            [--policy common|latest|at] [--at EPOCHS] [--json]
     airflow-backfill jvm-archive [--if-stale]
+    airflow-backfill jars fetch [--kafka-broker] [--no-s3a] [--force] | jars conf
     airflow-backfill check --job FILE [--job FILE ...] [--jobs-in DIR] [--with-tables]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
@@ -30,6 +31,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
+from airflow_backfill.jars_cli import add_jars
 from airflow_backfill.kafka_cli import add_kafka_demo, add_kafka_status
 from airflow_backfill.stop_signals import request_stop_on
 
@@ -400,9 +402,10 @@ def _add_jvm_archive(subparsers: Any) -> None:
         "jvm-archive",
         help="build the class-data-sharing archive the phases' driver JVMs start on (runs Spark)",
         description="Run a small snapshot and catch-up in one spark-submit whose JVM archives the classes "
-        "it loaded (jars/jvm/driver.jsa, or the file AIRFLOW_BACKFILL_JVM_ARCHIVE names). The phase "
-        "operators start each driver on it, which saves seconds of class loading per phase. Rebuild it "
-        "after changing Java, Spark or the jars; AIRFLOW_BACKFILL_JVM_ARCHIVE=off starts drivers without it.",
+        "it loaded (in the provider's cache, or the file [airflow_backfill] jvm_archive names). The phase "
+        "operators start each driver on it when it is current, which saves seconds of class loading per phase; "
+        "without it they start as usual. Rebuild it after changing Java, Spark or the jars (--if-stale does "
+        "only then); jvm_archive = off starts drivers without it.",
     )
     parser.add_argument("--if-stale", action="store_true",
                         help="build only when the archive is missing or was built for other jars or another Java")
@@ -547,6 +550,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_verify,
     _add_consistent,
     _add_jvm_archive,
+    add_jars,
     _add_check,
 )
 

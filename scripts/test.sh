@@ -3,7 +3,7 @@
 # type-checks and runs the whole test suite (unit, Spark and end-to-end tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install.sh
+bash scripts/install.sh --for-tests
 source scripts/env.sh
 echo "== ruff"
 ruff check airflow_backfill spark_jobs dags tests bench

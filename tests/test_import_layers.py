@@ -19,16 +19,16 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "airflow_backfill"
 SPARK_JOBS = PACKAGE.parent / "spark_jobs"
 
-FOLDER_ORDER = ("storage", "engine", "kafka", "hooks", "triggers", "sensors", "links", "shared_forward",
+FOLDER_ORDER = ("jvm", "storage", "engine", "kafka", "hooks", "triggers", "sensors", "links", "shared_forward",
                 "operators", "plugins")
-"""The package's folders, bottom first. `storage/` reads and writes files on any store;
-the engine computes MVs on it; `kafka/` is the engine of Kafka upstreams; then Airflow's
-parts: hooks, the triggers that use them, the sensors that defer to the triggers, the
-extra links, the shared forward's members, the operators that run everything below, and
-the UI plugin. Modules directly in the package (`job.py`, `exceptions.py`, `task_group.py`,
+"""The package's folders, bottom first. `jvm/` finds the jars Spark loads; `storage/` reads
+and writes files on any store; the engine computes MVs on it; `kafka/` is the engine of
+Kafka upstreams; then Airflow's parts: hooks, the triggers that use them, the sensors that
+defer to the triggers, the extra links, the shared forward's members, the operators that
+run everything below, and the UI plugin. Modules directly in the package (`job.py`, `exceptions.py`, `task_group.py`,
 `cli.py`, ...) are not ranked: the circle checks cover them."""
 AIRFLOW_SIDE = ("hooks", "triggers", "sensors", "links", "operators", "plugins", "task_group", "kafka_task_group",
-                "folder_dags", "job_input", "lineage", "cli", "kafka_cli")
+                "folder_dags", "job_input", "lineage", "cli", "kafka_cli", "jars_cli")
 """What the `spark-submit` entry points never import: Airflow's side of the package."""
 
 

@@ -63,7 +63,7 @@ def test_the_constraints_pin_every_requirement_inside_its_range():
 
 
 def test_the_python_delta_spark_matches_the_jars():
-    pom = (ROOT / "jars" / "pom.xml").read_text()
+    pom = (ROOT / "airflow_backfill" / "jvm" / "poms" / "spark.xml").read_text()
     jar_version = re.search(r"<delta.version>([^<]+)</delta.version>", pom).group(1)
     assert constraints()["delta-spark"] == jar_version
     assert constraints()["pyspark"] == constraints()["pyspark-client"]
