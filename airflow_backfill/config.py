@@ -163,6 +163,7 @@ def settings_environment() -> dict[str, str]:
     environment = {}
     for option in OPTIONS:
         value = setting(option.name)
-        if value and value != option.default:
+        # Airflow's configuration expands `~` in a default: compare the values expanded.
+        if value and os.path.expanduser(value) != os.path.expanduser(option.default):
             environment[option.environment_variable] = value
     return environment

@@ -75,8 +75,10 @@ def test_a_task_hands_what_differs_from_the_defaults_to_its_driver(monkeypatch, 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("AIRFLOW__AIRFLOW_BACKFILL__JARS_DIR", "provided")
     monkeypatch.setenv("AIRFLOW_BACKFILL_LEASE_SECONDS", "60")  # the default: nothing to hand over
-    if "airflow.configuration" in sys.modules:  # Airflow's own conf reads the same variable
-        assert setting("jars_dir") == "provided"
+    assert settings_environment() == {"AIRFLOW_BACKFILL_JARS_DIR": "provided"}
+    from airflow.configuration import conf  # loaded: Airflow's own conf is asked, and it expands `~`
+
+    assert "airflow.configuration" in sys.modules and conf.get("airflow_backfill", "jars_dir") == "provided"
     assert settings_environment() == {"AIRFLOW_BACKFILL_JARS_DIR": "provided"}
 
 
