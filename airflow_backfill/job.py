@@ -215,7 +215,7 @@ class BackfillJob:
     range holds one (None: at the newest pending epoch). MVs over the same upstream then
     commit at the same epochs, so `airflow-backfill consistent` finds one they share while
     the upstream's writers never pause (docs/consistent-reads.md); costs at most one more
-    round each time a range crosses a multiple. Ignored by joins."""
+    round each time a range crosses a multiple. A join aligns each of its upstreams."""
     verify_primary_key: bool = True
     """Prove in the snapshot that the primary key is unique in the query's output before
     the MV is created, in rounds applied as appends that the added rows repeat no key, and

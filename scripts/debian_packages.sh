@@ -1,4 +1,4 @@
-# Sourced by scripts/install.sh and scripts/fetch_jars.sh: the one place that installs
+# Sourced by scripts/install.sh: the one place that installs
 # Debian packages. Only apt-get needs root: as root it runs directly, otherwise through
 # sudo (without a password when a sudo rule allows apt-get, else asking for it when there
 # is a terminal). When neither works, or the machine has no apt-get, it stops with a

@@ -194,7 +194,8 @@ def _spark_submit() -> str:
     beside = Path(sys.executable).with_name("spark-submit")
     found = str(beside) if beside.exists() else shutil.which("spark-submit")
     if not found:
-        raise BackfillConfigError("spark-submit is not on PATH: install pyspark (scripts/install.sh does).")
+        raise BackfillConfigError("spark-submit is not on PATH: install pyspark (airflow-backfill's requirements "
+                                  "bring it) in this Python.")
     return found
 
 
