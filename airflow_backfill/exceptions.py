@@ -6,8 +6,6 @@ is written, so a failed run never leaves a half-written materialized view behind
 
 from __future__ import annotations
 
-import sys
-
 
 class BackfillError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -66,12 +64,3 @@ class ConsistencyError(BackfillError):
 class NotYetConsistentError(ConsistencyError):
     """The tables do not agree as asked yet, but may later: an MV has not reached the
     epoch, has no committed version, or the MVs share no epoch yet. Waiting can help."""
-
-
-def add_note(error: BaseException, note: str) -> None:
-    """`error.add_note(note)` (Python 3.11) on every Python the provider supports: on 3.10
-    the note is kept in `__notes__`, where 3.11's traceback would show it."""
-    if sys.version_info >= (3, 11):
-        error.add_note(note)
-    else:
-        error.__notes__ = [*getattr(error, "__notes__", ()), note]  # type: ignore[attr-defined]

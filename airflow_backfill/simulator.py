@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,7 +49,7 @@ _COLUMNS = ORDERS_SCHEMA.names
 _OP = "_simulator_op"
 _MERGE_SCHEMA = ORDERS_SCHEMA.append(pa.field(_OP, pa.string(), nullable=False))
 
-CLOCK_START = datetime(2024, 1, 1, tzinfo=timezone.utc)
+CLOCK_START = datetime(2024, 1, 1, tzinfo=UTC)
 """The logical clock's origin: row `i` of the initial load and epoch `v` get fixed times."""
 NULL_AMOUNT_SHARE = 0.05
 CANCEL_SHARE = 0.15

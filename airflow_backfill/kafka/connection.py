@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.exceptions import AccessDeniedError, BackfillConfigError, add_note
+from airflow_backfill.exceptions import AccessDeniedError, BackfillConfigError
 from airflow_backfill.kafka.topic import BOOTSTRAP
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def settings_from_connection(conn_id: str) -> KafkaSettings:
             f"{conn_id.upper()}."
         ) from None
     except Exception as error:
-        add_note(error, f"(reading the job's kafka_conn_id connection {conn_id!r})")
+        error.add_note(f"(reading the job's kafka_conn_id connection {conn_id!r})")
         raise
     if connection.conn_type and connection.conn_type != CONNECTION_TYPE:
         raise BackfillConfigError(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlparse
 
-from airflow_backfill.exceptions import AccessDeniedError, BackfillConfigError, add_note
+from airflow_backfill.exceptions import AccessDeniedError, BackfillConfigError
 from airflow_backfill.storage.uri import bucket_of, is_object_store
 
 ENVIRONMENT = {
@@ -146,7 +146,7 @@ def _settings_from_fields(conn_id: str) -> S3Settings:
             "allow the workers and the triggerer to read it, or name another connection."
         ) from error
     except Exception as error:
-        add_note(error, f"(reading the job's aws_conn_id connection {conn_id!r})")
+        error.add_note(f"(reading the job's aws_conn_id connection {conn_id!r})")
         raise
     extra: dict[str, Any] = connection.extra_dejson or {}
     return S3Settings(
