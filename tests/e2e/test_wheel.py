@@ -1,7 +1,9 @@
 """The wheel is the whole provider: built from the checkout (through its sdist), installed
 into a new virtualenv in a temporary folder and run from a working folder elsewhere, it
 imports, answers its commands, finds its jars, and Airflow finds its plugin, its settings
-and its `spark-submit` entry points, with no file of the checkout on the way.
+and its `spark-submit` entry points, with no file of the checkout on the way; a DAG of a
+job file beside it runs a whole backfill (`airflow dags test`) whose MV equals its query
+at its watermark.
 
 The new virtualenv has no system site-packages and no checkout on `sys.path`; the
 provider's requirements come from the checkout's `.venv` through a folder of links to its
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +24,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
+
+from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +38,17 @@ query: SELECT order_id, status FROM source WHERE status <> 'cancelled'
 primary_key: [order_id]
 """
 TEST_HELPERS = ("conftest.py", "oracle.py", "helpers_delta.py", "airflow_processes.py", "kafka_fixtures.py")
+
+
+DAG_FILE = """
+import pendulum
+from airflow.sdk import DAG
+
+from airflow_backfill.task_group import backfill_task_group
+
+with DAG("wheel_orders_mv", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC")):
+    backfill_task_group("../jobs/lake_orders_mv.yaml", forward_idle_timeout=1)
+"""
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -75,7 +92,10 @@ def installed(dist, tmp_path_factory) -> dict:
         "SELECT order_id", "SELECT DISTINCT order_id").replace("'cancelled'", "'cancelled' LIMIT 5"))
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("AIRFLOW", "SPARK_CONF_DIR", "PYTHONPATH", "VIRTUAL_ENV"))}
-    env.update(PATH=f"{venv / 'bin'}{os.pathsep}/usr/local/bin:/usr/bin:/bin", AIRFLOW_HOME=str(place / "airflow"),
+    # pyspark's own launch scripts (spark-submit) live in its package, a requirement like any other
+    spark_bin = Path(sysconfig.get_path("purelib")) / "pyspark" / "bin"
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{spark_bin}{os.pathsep}/usr/local/bin:/usr/bin:/bin",
+               AIRFLOW_HOME=str(place / "airflow"),
                AIRFLOW__CORE__LOAD_EXAMPLES="False", PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
     return {"venv": venv, "python": python, "site_packages": site_packages, "work": work, "env": env}
 
@@ -157,3 +177,35 @@ print(json.dumps({
     assert found["provider"] == "0.1.0"
     assert len(found["plugin"]) == 1 and found["plugin"][0].startswith(str(installed["site_packages"]))
     assert found["forward"] == str(installed["site_packages"] / "airflow_backfill" / "spark_jobs" / "forward.py")
+
+
+def test_a_dag_of_a_job_file_runs_a_whole_backfill_from_the_wheel(installed):
+    """pin_epoch, snapshot, catch-up and forward: each phase's spark-submit runs the entry
+    point installed in the new virtualenv, with the jars of the cache and the wheel's own."""
+    python, work, env = str(installed["python"]), installed["work"], dict(installed["env"])
+    lake = work / "lake"
+    env.update(AIRFLOW_BACKFILL_HOME=str(lake), AIRFLOW__CORE__DAGS_FOLDER=str(work / "dags"),
+               AIRFLOW_CONN_SPARK_DEFAULT="spark://local?deploy-mode=client")
+    (work / "jobs" / "lake_orders_mv.yaml").write_text(JOB.replace("lake/", "${AIRFLOW_BACKFILL_HOME}/"))
+    (work / "dags").mkdir(exist_ok=True)
+    (work / "dags" / "wheel_orders_mv.py").write_text(DAG_FILE)
+    cli = str(installed["venv"] / "bin" / "airflow-backfill")
+    if run([cli, "jars", "fetch", "--check"], work, env).returncode != 0:
+        pytest.skip("this machine's cache has no jars (`airflow-backfill jars fetch` needs Maven Central)")
+    simulated = run([cli, "simulate", "--table", str(lake / "orders"), "--rows", "300", "--epoch-interval", "0",
+                     "--max-epochs", "3"], work, env)
+    assert simulated.returncode == 0, simulated.stderr[-2000:]
+    migrated = run([python, "-m", "airflow", "db", "migrate"], work, env, timeout=600)
+    assert migrated.returncode == 0, migrated.stderr[-2000:]
+    dag_run = run([python, "-m", "airflow", "dags", "test", "wheel_orders_mv"], work, env, timeout=900)
+    output = dag_run.stdout + dag_run.stderr
+    assert dag_run.returncode == 0, output[-6000:]
+    assert str(installed["site_packages"] / "airflow_backfill" / "spark_jobs" / "snapshot.py") in output
+    # No file of the checkout was named, only its .venv's requirements (pyspark, Airflow).
+    assert re.findall(re.escape(str(ROOT)) + r"/(?!\.venv/)\S+", output) == []
+
+    watermark = DeltaTable(str(lake / "orders_mv")).transaction_version("airflow_backfill/orders_mv")
+    assert watermark == 3  # the simulator's last epoch
+    query = "SELECT order_id, status FROM source WHERE status <> 'cancelled'"
+    assert assert_every_commit_matches(str(lake / "orders"), str(lake / "orders_mv"), query,
+                                       "airflow_backfill/orders_mv", key=["order_id"]) >= 1
