@@ -10,6 +10,8 @@
     airflow-backfill consistent --job FILE [--job FILE ...] [--table URI] [--jobs-in DIR]
                            [--policy common|latest|at] [--at EPOCHS] [--json]
     airflow-backfill jvm-archive [--if-stale]
+    airflow-backfill jars fetch [--kafka-broker] [--no-s3a] [--force] | jars conf
+    airflow-backfill check --job FILE [--job FILE ...] [--jobs-in DIR] [--with-tables]
 
 Errors the user can fix (a bad job file, a bad option) exit with code 2 and one line
 that names the problem and the fix; logs and progress lines go to stderr, results to
@@ -29,7 +31,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
-from airflow_backfill.kafka.cli import add_kafka_demo, add_kafka_status
+from airflow_backfill.jars_cli import add_jars
+from airflow_backfill.kafka_cli import add_kafka_demo, add_kafka_status
 from airflow_backfill.stop_signals import request_stop_on
 
 if TYPE_CHECKING:
@@ -165,8 +168,8 @@ def _load_job(path: str) -> BackfillJob:
 def _configure_spark_storage(spark: Any, job: BackfillJob) -> None:
     """Give a Spark session the job's S3 connection (commands that start Spark here)."""
     if job.aws_conn_id:
+        from airflow_backfill.engine.spark_s3 import configure_s3a
         from airflow_backfill.hooks.delta import DeltaBackfillHook
-        from airflow_backfill.storage.spark_s3 import configure_s3a
 
         settings = DeltaBackfillHook.for_job(job).s3_settings()
         if settings is not None:
@@ -399,9 +402,10 @@ def _add_jvm_archive(subparsers: Any) -> None:
         "jvm-archive",
         help="build the class-data-sharing archive the phases' driver JVMs start on (runs Spark)",
         description="Run a small snapshot and catch-up in one spark-submit whose JVM archives the classes "
-        "it loaded (jars/jvm/driver.jsa, or the file AIRFLOW_BACKFILL_JVM_ARCHIVE names). The phase "
-        "operators start each driver on it, which saves seconds of class loading per phase. Rebuild it "
-        "after changing Java, Spark or the jars; AIRFLOW_BACKFILL_JVM_ARCHIVE=off starts drivers without it.",
+        "it loaded (in the provider's cache, or the file [airflow_backfill] jvm_archive names). The phase "
+        "operators start each driver on it when it is current, which saves seconds of class loading per phase; "
+        "without it they start as usual. Rebuild it after changing Java, Spark or the jars (--if-stale does "
+        "only then); jvm_archive = off starts drivers without it.",
     )
     parser.add_argument("--if-stale", action="store_true",
                         help="build only when the archive is missing or was built for other jars or another Java")
@@ -492,6 +496,48 @@ def _registered(job: Any) -> Any:
     return job
 
 
+# ---- check ------------------------------------------------------------------------------
+
+EXIT_REFUSED = 1
+
+
+def _add_check(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="load job files as a DAG would and print what it would refuse (for a job folder's CI)",
+        description="Load each job file as the DAG processor does (fields, table paths, the query's constructs "
+        "and key, a folder's unique names and targets) and print one line per job file: its path, then `ok` or "
+        "what is wrong. Needs neither Spark nor Airflow's database. Exit status 0 when every job loads, 1 when "
+        "one is refused, 2 on a usage error.",
+    )
+    parser.add_argument("--job", action="append", default=[], metavar="FILE",
+                        help="a job file (Delta or Kafka); repeat for each file")
+    parser.add_argument("--jobs-in", action="append", default=[], metavar="DIR",
+                        help="every job file of DIR, as `backfill_dags(DIR)` loads them; repeatable")
+    parser.add_argument("--with-tables", action="store_true",
+                        help="also read each upstream with delta-rs, as pin_epoch does: it exists, keeps its change "
+                        "feed and holds the key; a join's columns resolve (S3 tables with the shell's AWS_* "
+                        "variables)")
+    parser.set_defaults(run=_run_check)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from airflow_backfill.job_check import check_job_files, check_job_folder
+
+    if not args.job and not args.jobs_in:
+        raise BackfillConfigError("name the job files to check: --job FILE (repeat it) or --jobs-in DIR.")
+    checks = check_job_files(args.job, with_tables=args.with_tables)
+    for folder in args.jobs_in:
+        checks += check_job_folder(folder, with_tables=args.with_tables)
+    for check in checks:
+        print(check.line)
+    refused = sum(check.problem is not None for check in checks)
+    if refused:
+        print(f"{PROG} check: {refused} of {len(checks)} job files refused", file=sys.stderr)
+        return EXIT_REFUSED
+    return EXIT_OK
+
+
 # ---- command table ----------------------------------------------------------------------
 
 COMMANDS: tuple[Callable[[Any], None], ...] = (
@@ -504,6 +550,8 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_verify,
     _add_consistent,
     _add_jvm_archive,
+    add_jars,
+    _add_check,
 )
 
 

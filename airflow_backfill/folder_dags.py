@@ -5,7 +5,7 @@
     backfill_dags("jobs/")          # relative to this DAG file
 
 Each job file becomes the DAG `<prefix><job name>` holding that job's backfill (the task
-group of `task_group.py`, or of `kafka/task_group.py` for a Kafka pipeline). A job whose
+group of `task_group.py`, or of `kafka_task_group.py` for a Kafka pipeline). A job whose
 `source`/`sources` is another job's MV is scheduled on that MV's `caught_up_asset`: its
 backfill starts once the MV it reads is built (every MV it reads, for a join of MVs). The
 others run once when their DAG is unpaused (`schedule`), and again when triggered.
@@ -36,7 +36,7 @@ from airflow_backfill.exceptions import BackfillConfigError
 from airflow_backfill.job_folder import FolderJob, JobFileError, JobFolder, load_job_folder
 from airflow_backfill.job_input import beside_caller
 from airflow_backfill.kafka.config import KafkaPipeline
-from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 from airflow_backfill.operators.shared_forward import SharedForwardOperator
 from airflow_backfill.shared_forward import DEFAULT_WORKERS
 from airflow_backfill.task_group import backfill_task_group, caught_up_asset, delta_table_asset

@@ -1,6 +1,9 @@
 """Provider metadata read by Airflow's provider discovery.
 
-Imports nothing heavy: discovery runs in every Airflow process.
+Imports nothing heavy: discovery runs in every Airflow process. The UI plugin is not listed
+here but registered on the `airflow.plugins` entry point (setup.cfg), which Airflow loads
+whatever `[core] lazy_discover_providers` says; listed here too, an Airflow with eager
+discovery would load it a second time and report "already registered" as an import error.
 """
 
 from __future__ import annotations
@@ -8,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_backfill import __version__
+from airflow_backfill.config import provider_config
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -52,7 +56,5 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.hooks.delta"]}
         ],
         "extra-links": ["airflow_backfill.links.progress.BackfillProgressLink"],
-        "plugins": [
-            {"name": "airflow_backfill", "plugin-class": "airflow_backfill.plugins.progress.BackfillProgressPlugin"}
-        ],
+        "config": provider_config(),
     }

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import yaml
 
+from airflow_backfill.config import setting
 from airflow_backfill.exceptions import BackfillConfigError
 
 MAX_PARALLELISM = 1024
@@ -107,8 +108,9 @@ DEFAULT_HOME = "~/airflow_backfill"
 
 
 def backfill_home() -> str:
-    """Where the example jobs keep their tables: $AIRFLOW_BACKFILL_HOME or ~/airflow_backfill."""
-    return os.path.expanduser(os.environ.get(HOME_VARIABLE) or DEFAULT_HOME)
+    """Where the example jobs keep their tables: the `[airflow_backfill] home` setting
+    ($AIRFLOW_BACKFILL_HOME overrides it; default ~/airflow_backfill)."""
+    return os.path.expanduser(setting("home") or DEFAULT_HOME)
 
 
 def expand_variables(value: str) -> str:
@@ -213,7 +215,7 @@ class BackfillJob:
     range holds one (None: at the newest pending epoch). MVs over the same upstream then
     commit at the same epochs, so `airflow-backfill consistent` finds one they share while
     the upstream's writers never pause (docs/consistent-reads.md); costs at most one more
-    round each time a range crosses a multiple. Ignored by joins."""
+    round each time a range crosses a multiple. A join aligns each of its upstreams."""
     verify_primary_key: bool = True
     """Prove in the snapshot that the primary key is unique in the query's output before
     the MV is created, in rounds applied as appends that the added rows repeat no key, and
@@ -270,6 +272,20 @@ class BackfillJob:
             raise BackfillConfigError(
                 f"verify_primary_key must be true or false, got {self.verify_primary_key!r}."
             )
+        self._check_query()
+
+    def _check_query(self) -> None:
+        """Refuse a query the engine cannot maintain when the job loads (in the DAG processor,
+        `airflow-backfill check`), not when its first task runs. Checks that need the
+        upstream's schema or change feed wait for `pin_epoch`."""
+        # The query parser loads with the first job, not with this module (provider discovery imports it).
+        from airflow_backfill.engine.planning.join_query import check_join_query
+        from airflow_backfill.engine.planning.query import plan_query
+
+        if self.is_join:
+            check_join_query(self.query, tuple(upstream.name for upstream in self.upstreams))
+        else:
+            plan_query(self.query, self.primary_key)
 
     def _validate_join_upstreams(self) -> None:
         if self.source or self.primary_key:
@@ -324,7 +340,7 @@ class BackfillJob:
         try:
             return cls(**data)
         except BackfillConfigError as error:
-            raise BackfillConfigError(f"{origin}: {error}") from None
+            raise type(error)(f"{origin}: {error}") from None
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-serialisable mapping that `from_mapping` turns back into this job."""

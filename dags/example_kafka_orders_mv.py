@@ -15,7 +15,7 @@ import yaml
 from airflow.sdk import DAG
 
 from airflow_backfill.kafka.config import KafkaPipeline
-from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 
 JOB_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs", "kafka_orders_mv.yaml")
 

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
 # Compiles jars/local-fs (Hadoop's local file system without the `chmod` and `readlink`
 # processes it starts for each Delta commit; airflow_backfill/engine/delta/commit_settings.py)
-# against the Hadoop and Spark jars pyspark ships, into DIR/airflow-backfill-local-fs.jar,
-# where the Delta jars are, so that spark.jars loads it with them. Install time only; skipped
-# when the jar matches its sources and pyspark. Needs a JDK (javac and jar).
-#   bash scripts/build_local_fs.sh [DIR]     (default jars/lib; PYTHON: the Python with pyspark)
+# against the Hadoop and Spark jars pyspark ships, into DIR/airflow-backfill-local-fs.jar.
+# The wheel build runs it (setup.py) to ship the jar in the package; scripts/install.sh runs
+# it into airflow_backfill/jvm for the checkout's editable install. Skipped when the jar
+# matches its sources and pyspark. Needs a JDK (javac and jar).
+#   bash scripts/build_local_fs.sh [DIR]     (default airflow_backfill/jvm; PYTHON: the Python
+#                                             with pyspark, else $SPARK_HOME/jars)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out_dir=${1:-jars/lib}
+out_dir=$(mkdir -p "${1:-airflow_backfill/jvm}" && cd "${1:-airflow_backfill/jvm}" && pwd)
 python=${PYTHON:-.venv/bin/python}
 jar_name=airflow-backfill-local-fs.jar
-pyspark_jars=$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')
+if pyspark_jars=$("$python" -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))' 2>/dev/null); then
+  :
+elif [ -n "${SPARK_HOME:-}" ] && [ -d "$SPARK_HOME/jars" ]; then
+  pyspark_jars=$SPARK_HOME/jars
+else
+  echo "scripts/build_local_fs.sh: neither $python has pyspark nor SPARK_HOME names a Spark with jars/" >&2
+  exit 1
+fi
 sources=$(find jars/local-fs/src -name '*.java' | sort)
 stamp="$out_dir/.local-fs.sha256"
 want=$( (cat $sources; ls "$pyspark_jars") | sha256sum | cut -d' ' -f1)

@@ -1,8 +1,22 @@
-# Sourced by scripts/install.sh and scripts/fetch_jars.sh: the one place that installs
+# Sourced by scripts/install.sh: the one place that installs
 # Debian packages. Only apt-get needs root: as root it runs directly, otherwise through
 # sudo (without a password when a sudo rule allows apt-get, else asking for it when there
 # is a terminal). When neither works, or the machine has no apt-get, it stops with a
 # message naming the packages to install and why, and changes nothing.
+
+# missing_debian_packages [--for-tests]: the Debian packages scripts/install.sh needs and this
+# machine lacks, space-separated: a JDK (Spark, and javac for the project's jar) for everyone;
+# with --for-tests also Chromium (the UI's browser test) and PostgreSQL (the many-MV test).
+# INITDB_GLOB: where a PostgreSQL server's initdb is looked for (Debian's layout by default).
+missing_debian_packages() {
+  local missing=()
+  { command -v java && command -v javac && command -v jar; } >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless procps)
+  if [ "${1:-}" = --for-tests ]; then
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+    compgen -G "${INITDB_GLOB:-/usr/lib/postgresql/*/bin/initdb}" >/dev/null || missing+=(postgresql)
+  fi
+  echo "${missing[*]}"
+}
 
 # install_debian_packages WHAT PACKAGE...
 #   WHAT: what the packages are for, in a few words ("Java 17 for Spark").

@@ -16,5 +16,3 @@ export SPARK_CONF_DIR="${SPARK_CONF_DIR:-$_root/jars/conf}"
 export PYSPARK_DRIVER_PYTHON="$_root/.venv/bin/python"
 unset _root
 export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
-# Airflow loads the plugins of providers (this provider's UI page) only with eager discovery.
-export AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS="${AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS:-False}"

@@ -131,7 +131,7 @@ def postgres():
 def s3_tables(s3, spark, monkeypatch) -> dict[str, str]:
     """An upstream and MV location in a fresh bucket; this process (engine, delta-rs, the
     oracle) and the shared Spark session reach the server through its settings."""
-    from airflow_backfill.storage.spark_s3 import configure_s3a
+    from airflow_backfill.engine.spark_s3 import configure_s3a
 
     for variable, value in s3.settings().environment().items():
         monkeypatch.setenv(variable, value)

@@ -166,6 +166,23 @@ def test_a_join_meets_the_mvs_over_each_of_its_upstreams_through_its_vector(tmp_
         consistent_versions([joined], policy="at", at="orders=3")
 
 
+def test_a_table_still_in_its_snapshot_beside_a_join_is_named_as_what_holds_the_answer(tmp_path, orders):
+    customers = upstream(str(tmp_path / "customers"), 6)
+    joined = join_job(tmp_path, "joined", {"orders": orders, "customers": customers})
+    for vector in ({"orders": 6, "customers": 2}, {"orders": 8, "customers": 4}):
+        mv_commit(joined.target, "joined", {"orders": orders, "customers": customers}, vector=vector)
+    new = job(tmp_path, "new", orders)
+    mv(new.target, "new", orders, [3])  # its snapshot pinned epoch 3, before every commit of the join
+    job_state.update_state(new.target, phase="snapshot", state=job_state.STATE_CREATING)
+    with pytest.raises(NotYetConsistentError) as waiting:
+        consistent_versions([joined, new])
+    assert "new (phase snapshot) is still being created" in str(waiting.value)
+    assert "pauses long enough" not in str(waiting.value)
+    job_state.update_state(new.target, phase=job_state.PHASE_FORWARD, state=job_state.STATE_CREATED)
+    with pytest.raises(NotYetConsistentError, match="pauses long enough"):  # created: the writers' pace is why
+        consistent_versions([joined, new])
+
+
 def test_a_join_whose_vector_does_not_match_its_watermark_is_refused(tmp_path, orders):
     customers = upstream(str(tmp_path / "customers"), 3)
     joined = join_job(tmp_path, "joined", {"orders": orders, "customers": customers})

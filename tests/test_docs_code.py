@@ -174,6 +174,8 @@ def command_options() -> dict[str, set[str]]:
     cli = build_parser()
     for name, sub in _subcommands(cli).items():
         commands[f"airflow-backfill {name}"] = _options(sub) | _options(cli)
+        for action, nested in _subcommands(sub).items():  # `airflow-backfill jars fetch`
+            commands[f"airflow-backfill {name} {action}"] = _options(nested) | _options(sub) | _options(cli)
     for script in sorted((ROOT / "spark_jobs").glob("*.py")):
         module = importlib.import_module(f"airflow_backfill.spark_jobs.{script.stem}")
         if hasattr(module, "parse_args"):
@@ -186,7 +188,7 @@ def command_options() -> dict[str, set[str]]:
     return commands
 
 
-COMMAND = re.compile(r"(airflow-backfill [a-z-]+|spark_jobs/\w+\.py|bench/\w+\.py|airflow_backfill\.tpch [a-z0-9]+)")
+COMMAND = re.compile(r"(airflow-backfill [a-z-]+(?: [a-z]+)?|spark_jobs/\w+\.py|bench/\w+\.py|airflow_backfill\.tpch [a-z0-9]+)")
 
 
 def flags_after_commands(text: str) -> Iterator[tuple[str, str]]:
@@ -205,6 +207,8 @@ def test_every_flag_the_pages_give_a_command_is_one_of_its_options():
         for where, snippet in code_snippets(page):
             for command, flag in flags_after_commands(snippet):
                 seen += 1
+                if command not in options and command.rsplit(" ", 1)[0] in options:
+                    command = command.rsplit(" ", 1)[0]  # a word after a command without actions
                 if command not in options:
                     unknown.append(f"{where}: `{command}` is no command of the project")
                 elif flag not in options[command]:
@@ -264,6 +268,43 @@ def test_every_conf_the_pages_show_is_accepted():
         except BackfillConfigError as error:
             refused.append(f"{where}: {error}")
     assert not refused, "\n".join(refused)
+
+
+# ---- DAG ids ----------------------------------------------------------------------------
+
+
+def declared_dag_ids() -> set[str]:
+    """The DAG ids the DAG files of dags/ and bench/dags/ declare."""
+    found = set()
+    for path in [*(ROOT / "dags").glob("*.py"), *(ROOT / "bench" / "dags").glob("*.py")]:
+        text = path.read_text()
+        found |= set(re.findall(r"""dag_id=["']([A-Za-z0-9_.-]+)["']""", text))
+        found |= set(re.findall(r"""DAG\(\s*["']([A-Za-z0-9_.-]+)["']""", text))
+        found |= set(re.findall(r"""^DAG_ID = ["']([A-Za-z0-9_.-]+)["']""", text, re.M))
+    return found
+
+
+def named_dag_ids() -> list[tuple[str, str]]:
+    """(where, DAG id) of every `airflow dags <command> <dag id>` a page shows."""
+    named = []
+    for page in PAGES:
+        for where, snippet in code_snippets(page):
+            for match in re.finditer(r"airflow dags (?:test|trigger|unpause|pause|show|state|list-runs) "
+                                     r"(?:-\S+ \S+ )*([A-Za-z0-9_.-]+)", snippet):
+                named.append((where, match.group(1)))
+    return named
+
+
+def test_every_dag_a_page_names_exists():
+    named = named_dag_ids()
+    assert any(dag_id == "example_orders_mv" for _, dag_id in named), "the pattern no longer finds the pages' DAGs"
+    declared = declared_dag_ids()
+    missing = [f"{where}: {dag_id}" for where, dag_id in named if dag_id not in declared]
+    assert not missing, f"pages name DAGs no DAG file declares: {missing}"
+
+
+def test_the_dag_check_finds_a_missing_dag():
+    assert "orders_mv" not in declared_dag_ids() and "example_orders_mv" in declared_dag_ids()
 
 
 # ---- round plans --------------------------------------------------------------------------

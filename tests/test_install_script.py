@@ -80,9 +80,44 @@ def test_a_failing_apt_get_is_reported_with_the_packages(tmp_path):
     assert "apt-get failed (above)" in completed.stderr and " ".join(PACKAGES) in completed.stderr
 
 
-def test_install_and_fetch_jars_install_debian_packages_only_through_the_function():
-    for script in ("install.sh", "fetch_jars.sh"):
-        text = (ROOT / "scripts" / script).read_text()
-        assert "source scripts/debian_packages.sh" in text
-        assert "apt-get" not in text.replace("install_debian_packages", ""), f"{script} runs apt-get itself"
+def test_install_installs_debian_packages_only_through_the_function():
+    text = (ROOT / "scripts" / "install.sh").read_text()
+    assert "source scripts/debian_packages.sh" in text
+    assert "apt-get" not in text.replace("install_debian_packages", "").replace("missing_debian_packages", "")
     assert os.access(ROOT / "scripts" / "install.sh", os.R_OK)
+
+
+def missing_packages(tmp_path: Path, *arguments: str, commands: tuple[str, ...], initdb: bool) -> list[str]:
+    """What `missing_debian_packages` names on a machine with only `commands` on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in commands:
+        (bin_dir / name).write_text("#!/bin/sh\n")
+        (bin_dir / name).chmod(0o755)
+    server = tmp_path / "postgresql" / "15" / "bin"
+    if initdb:
+        server.mkdir(parents=True, exist_ok=True)
+        (server / "initdb").write_text("")
+    env = {"PATH": str(bin_dir), "INITDB_GLOB": str(tmp_path / "postgresql" / "*" / "bin" / "initdb")}
+    script = f"source scripts/debian_packages.sh && missing_debian_packages {' '.join(arguments)}"
+    done = subprocess.run(["/bin/bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=30, check=True)
+    return done.stdout.split()
+
+
+def test_the_demo_installs_neither_chromium_nor_postgresql(tmp_path):
+    assert missing_packages(tmp_path, commands=(), initdb=False) == ["openjdk-17-jdk-headless", "procps"]
+    assert missing_packages(tmp_path, commands=("java", "javac", "jar"), initdb=False) == []
+
+
+def test_the_tests_add_chromium_and_postgresql_when_missing(tmp_path):
+    assert missing_packages(tmp_path, "--for-tests", commands=("java", "javac", "jar"), initdb=False) == [
+        "chromium", "postgresql"]
+    assert missing_packages(tmp_path, "--for-tests", commands=("java", "javac", "jar", "chromium"),
+                            initdb=True) == []
+
+
+def test_the_test_command_asks_for_the_test_packages_and_the_demo_does_not():
+    assert "bash scripts/install.sh --for-tests" in (ROOT / "scripts" / "test.sh").read_text()
+    demo = (ROOT / "scripts" / "demo.sh").read_text()
+    assert "bash scripts/install.sh\n" in demo and "--for-tests" not in demo

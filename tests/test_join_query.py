@@ -143,7 +143,8 @@ def test_comma_joins_take_their_equalities_from_where_and_keep_the_filters():
     assert "WHERE `customer__c_segment` = 'building' GROUP BY" in planned.flat.query
 
 
-JOB = {"name": "joined", "target": "/lake/mv", "query": "SELECT 1",
+JOB = {"name": "joined", "target": "/lake/mv",
+       "query": "SELECT o.o_id, c.c_name FROM orders o JOIN customer c ON o.o_cust = c.c_id",
        "sources": {"orders": {"table": "/lake/orders", "primary_key": ["o_id"]},
                    "customer": {"table": "/lake/customer", "primary_key": "c_id"}}}
 
@@ -195,7 +196,9 @@ def test_a_join_job_round_trips_and_lists_its_upstreams():
 
 def test_bounded_rounds_take_the_upstreams_furthest_behind_first():
     job = BackfillJob.from_mapping({**JOB, "sources": {
-        name: {"table": f"/lake/{name}", "primary_key": ["k"]} for name in ("customer", "orders", "items")}})
+        name: {"table": f"/lake/{name}", "primary_key": ["k"]} for name in ("customer", "orders", "items")},
+        "query": "SELECT o.k, c.k AS c_k, i.k AS i_k FROM orders o JOIN customer c ON o.c = c.k "
+                 "JOIN items i ON i.o = o.k"})
     watermark = {"customer": 0, "orders": 0, "items": 0}
     latest = {"customer": 2, "orders": 2, "items": 2}
     targets = []

@@ -62,8 +62,37 @@ def test_the_constraints_pin_every_requirement_inside_its_range():
             f"{CONSTRAINTS.name} pins {requirement.name}=={version}, outside {requirement}")
 
 
+def declared_pythons() -> list[str]:
+    """The minor versions setup.cfg's python_requires admits, among those Airflow 3 supports."""
+    from packaging.specifiers import SpecifierSet
+
+    admitted = SpecifierSet(setup_cfg()["options"]["python_requires"])
+    return [version for version in ("3.10", "3.11", "3.12", "3.13", "3.14") if admitted.contains(f"{version}.0")]
+
+
+def test_every_declared_python_is_one_every_requirement_accepts():
+    """A Python the provider declares must be one its requirements install on: the Spark
+    provider 6.3.4 requires 3.11, which rules out 3.10 whatever the provider's own code says."""
+    from packaging.specifiers import SpecifierSet
+
+    pythons = declared_pythons()
+    assert pythons == ["3.11", "3.12", "3.13"]
+    refused = []
+    for requirement in requirements("options", "install_requires"):
+        requires_python = importlib.metadata.metadata(requirement.name).get("Requires-Python")
+        for version in pythons:
+            if requires_python and not SpecifierSet(requires_python).contains(f"{version}.0"):
+                refused.append(f"{requirement.name} requires Python {requires_python}, not {version}")
+    assert not refused
+    classifiers = setup_cfg()["metadata"]["classifiers"]
+    assert [line.rsplit(" ", 1)[-1] for line in classifiers.splitlines()
+            if line.strip().startswith("Programming Language :: Python :: 3.")] == pythons
+    test_script = (ROOT / "scripts" / "test.sh").read_text()
+    assert f"for version in {' '.join(pythons)}; do" in test_script
+
+
 def test_the_python_delta_spark_matches_the_jars():
-    pom = (ROOT / "jars" / "pom.xml").read_text()
+    pom = (ROOT / "airflow_backfill" / "jvm" / "poms" / "spark.xml").read_text()
     jar_version = re.search(r"<delta.version>([^<]+)</delta.version>", pom).group(1)
     assert constraints()["delta-spark"] == jar_version
     assert constraints()["pyspark"] == constraints()["pyspark-client"]

@@ -4,7 +4,7 @@ the figure behind it here and in docs/sizes.md, and so that a test can move a th
 and see both sides of it (tests/differential/).
 
 Code reads the values when it decides (`sizes().driver_rows`), never copies them at import:
-`AIRFLOW_BACKFILL_SIZES` (a JSON object of field names and values, or the preset `spark`)
+`AIRFLOW_BACKFILL_SIZES` or `[airflow_backfill] sizes` (a JSON object of field names and values, or the preset `spark`)
 changes them for a process, `overridden(...)` for a block of code. The defaults are the
 figures measured on a 2-core machine (docs/benchmarks.md); a deployment rarely needs to
 change them, and never for correctness: both sides of every threshold give the same MV.
@@ -13,12 +13,12 @@ change them, and never for correctness: both sides of every threshold give the s
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from airflow_backfill.config import setting
 from airflow_backfill.exceptions import BackfillConfigError
 
 SIZES_VARIABLE = "AIRFLOW_BACKFILL_SIZES"
@@ -143,7 +143,7 @@ def sizes() -> Sizes:
     global _parsed
     if _override is not None:
         return _override
-    text = os.environ.get(SIZES_VARIABLE, "").strip()
+    text = setting("sizes")
     if not text:
         return Sizes()
     if _parsed is None or _parsed[0] != text:

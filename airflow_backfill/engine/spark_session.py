@@ -20,8 +20,8 @@ from airflow_backfill.engine.internals import (
 from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
 from airflow_backfill.engine.parallelism import spark_conf_for, task_conf_for
 from airflow_backfill.engine.sizes import sizes
+from airflow_backfill.engine.spark_s3 import configure_s3a_from_environment
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.storage.spark_s3 import configure_s3a_from_environment
 
 if TYPE_CHECKING:
     from pyspark import SparkConf

@@ -95,8 +95,7 @@ class KafkaBackfillJob:
         _positive("max_records_per_round", self.max_records_per_round)
         if self.start not in _STARTS:
             raise BackfillConfigError(f"start must be one of {', '.join(_STARTS)}, got {self.start!r}.")
-        if not isinstance(self.query, str) or not self.query.strip():
-            raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
+        self.check_query()
 
     @property
     def round_plan(self) -> str:
@@ -106,9 +105,9 @@ class KafkaBackfillJob:
         return "incremental"
 
     def check_query(self) -> None:
-        """Refuse a query the source backfill cannot maintain. Not run when the declaration is
-        built (DAG files build it, and parsing a DAG must not load the query parser), but by
-        the job-file loader, the spark-submit entry points and the operators, before any write."""
+        """Refuse a query the source backfill cannot maintain: run when the declaration is
+        built, so that a bad query is an import error of the DAG file or job file that
+        declares it, before any task runs."""
         validate_kafka_query(self.query)
 
     @property
@@ -121,8 +120,8 @@ def validate_kafka_query(query: Any) -> str:
     deterministic expressions, WHERE) and GROUP BY aggregates are maintained."""
     if not isinstance(query, str) or not query.strip():
         raise BackfillConfigError("query must be a Spark SQL SELECT over `source`.")
-    # Imported here, not at module level: DAG files import this module, and parsing a
-    # DAG must not pay for the query parser.
+    # Imported here, not at module level: the query parser loads with the first job, not
+    # when provider discovery or the CLI imports this module.
     from airflow_backfill.kafka.query import aggregate_plan
 
     aggregate_plan(query)
@@ -155,7 +154,7 @@ class KafkaPipeline:
         except TypeError as error:
             raise BackfillConfigError(f"{origin}: {error}; see the Kafka section of the README for the fields.") from None
         except BackfillConfigError as error:
-            raise BackfillConfigError(f"{origin}: {error}") from None
+            raise type(error)(f"{origin}: {error}") from None
         return cls(source_job, backfill)
 
     def to_mapping(self) -> dict[str, Any]:
@@ -185,6 +184,4 @@ def load_kafka_pipeline(path: str) -> KafkaPipeline:
             data = yaml.safe_load(handle)
     except FileNotFoundError:
         raise BackfillConfigError(f"job file {path} does not exist; pass the path of a Kafka job file.") from None
-    pipeline = KafkaPipeline.from_mapping(data, origin=str(path))
-    pipeline.backfill.check_query()
-    return pipeline
+    return KafkaPipeline.from_mapping(data, origin=f"job file {path}")

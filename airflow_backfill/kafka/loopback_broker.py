@@ -1,14 +1,13 @@
 """A single-node Kafka broker (KRaft mode) on 127.0.0.1, for tests, the demo and the benchmark.
 
-Runs Apache Kafka's own jars (fetched by scripts/fetch_jars.sh into jars/kafka-broker/lib)
-with the JDK, on free ports picked at start, with its logs in a folder the caller owns.
+Runs Apache Kafka's own jars (fetched by `airflow-backfill jars fetch --kafka-broker` into
+the provider's cache, or the folder `[airflow_backfill] kafka_broker_jars` names) with the JDK, on free ports picked at start, with its logs in a folder the caller owns.
 Every wait is bounded; `stop()` ends only the process it started.
 """
 
 from __future__ import annotations
 
 import base64
-import glob
 import logging
 import os
 import subprocess
@@ -17,27 +16,16 @@ import uuid
 from dataclasses import dataclass, field
 
 from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.jvm.libraries import KAFKA_BROKER
 from airflow_backfill.loopback import free_port
 
 log = logging.getLogger(__name__)
 
-BROKER_JARS_VARIABLE = "AIRFLOW_BACKFILL_KAFKA_BROKER_JARS"
-
-
-def default_broker_jars_dir() -> str:
-    """`jars/kafka-broker/lib` of the checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(root, "jars", "kafka-broker", "lib")
-
-
 def broker_classpath() -> str:
-    """The broker's classpath; a clear error when the install script has not fetched it."""
-    directory = os.environ.get(BROKER_JARS_VARIABLE, "").strip() or default_broker_jars_dir()
-    if not glob.glob(os.path.join(directory, "kafka_2.13-*.jar")):
-        raise BackfillConfigError(
-            f"no Kafka broker jars in {directory}: run scripts/install.sh (it fetches them with Maven "
-            f"from jars/kafka-broker/pom.xml), or set {BROKER_JARS_VARIABLE} to a folder holding them."
-        )
+    """The broker's classpath; a clear error naming the command that fetches it."""
+    directory = KAFKA_BROKER.folder()
+    if directory is None or not KAFKA_BROKER.present():
+        raise BackfillConfigError(KAFKA_BROKER.missing_message())
     return os.path.join(directory, "*")
 
 

@@ -8,9 +8,11 @@ archive file and starts as before.
 
 from __future__ import annotations
 
+import os
+
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch
+from airflow_backfill.engine.launch.class_archive import DRIVER_JAVA_OPTIONS, archive_launch, archive_path
 from airflow_backfill.hooks.spark_connection import driver_deploy_mode
 
 
@@ -20,6 +22,11 @@ def start_driver_on_archive(operator: SparkSubmitOperator, conn_id: str) -> None
         return
     launch = archive_launch(properties_file=operator.properties_file)
     if launch is None:
+        path = archive_path()
+        if path is not None and not os.path.exists(path):
+            operator.log.info("no JVM class archive at %s: the driver starts without it. `airflow-backfill "
+                              "jvm-archive` builds it once (about a minute); each phase then starts seconds sooner",
+                              path)
         return
     conf = dict(operator.conf or {})
     conf[DRIVER_JAVA_OPTIONS] = launch.driver_java_options(conf.get(DRIVER_JAVA_OPTIONS))

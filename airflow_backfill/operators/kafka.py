@@ -24,6 +24,7 @@ from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.kafka.liveness import BACKFILL_GRACE_S
+from airflow_backfill.operators.driver_settings import hand_settings_to_driver
 from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import entry_point
@@ -57,6 +58,7 @@ class _KafkaOperator(SerializesPipeline, SparkSubmitOperator):
         sizing.pop("spark.master", None)
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
         self.env_vars = {**(self.env_vars or {}), **self.broker_environment(master)}
+        hand_settings_to_driver(self)
         start_driver_on_archive(self, self.spark_conn_id)
         self._hook = None  # built from the arguments above
 

@@ -29,6 +29,7 @@ from airflow_backfill.job import BackfillJob, validate_optional_cap
 from airflow_backfill.job_input import as_job
 from airflow_backfill.links.progress import BackfillProgressLink
 from airflow_backfill.operators.driver_jit_launch import choose_driver_jit
+from airflow_backfill.operators.driver_settings import hand_settings_to_driver
 from airflow_backfill.operators.job_file import write_job_file
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.overrides import group_overrides, job_overrides
@@ -135,6 +136,7 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
         self.conf = {**delta_spark_conf(), **sizing, **self.object_store_conf(job), **(self.conf or {})}
         if "spark.executor.cores" in sizing:
             self.conf["spark.executor.cores"] = sizing["spark.executor.cores"]
+        hand_settings_to_driver(self)
         start_driver_on_archive(self, self.spark_conn_id)
         self.choose_jit(job)
         self.log.info("%s of job %s at parallelism %s: %s -> %s",

@@ -17,6 +17,7 @@ from airflow_backfill.engine.parallelism import spark_conf_for
 from airflow_backfill.hooks.spark_connection import spark_master
 from airflow_backfill.job import validate_parallelism, validate_seconds, validate_whole_number
 from airflow_backfill.operators.driver_jit_launch import choose_driver_jit
+from airflow_backfill.operators.driver_settings import hand_settings_to_driver
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import DEFAULT_STOP_TIMEOUT, entry_point
 from airflow_backfill.shared_forward import DEFAULT_WORKERS
@@ -85,6 +86,7 @@ class SharedForwardOperator(SparkSubmitOperator):
         sizing = spark_conf_for(self.parallelism, spark_master(self.spark_conn_id))
         sizing.pop("spark.master", None)
         self.conf = {**delta_spark_conf(), **sizing, **(self.conf or {})}
+        hand_settings_to_driver(self)
         start_driver_on_archive(self, self.spark_conn_id)
         choose_driver_jit(self, None, self.driver_jit, long_lived=True)
         self.log.info("shared forward of %s at parallelism %s with %s workers",

@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_backfill.exceptions import TargetError
+from airflow_backfill.config import setting
+from airflow_backfill.exceptions import BackfillConfigError, TargetError
 from airflow_backfill.storage.failures import named_failure
 from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import bucket_of, object_key
@@ -32,11 +33,20 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DURATION_S = 60.0
 """How long a lease lasts without renewal: how long an MV stays blocked after its writer
-crashed. Override with AIRFLOW_BACKFILL_LEASE_SECONDS."""
+crashed. Set with `[airflow_backfill] lease_seconds` (AIRFLOW_BACKFILL_LEASE_SECONDS)."""
 
 
 def lease_duration() -> float:
-    return float(os.environ.get("AIRFLOW_BACKFILL_LEASE_SECONDS") or DEFAULT_DURATION_S)
+    """The `lease_seconds` setting, a positive number of seconds."""
+    text = setting("lease_seconds") or str(DEFAULT_DURATION_S)
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds <= 86400:
+        raise BackfillConfigError(f"[airflow_backfill] lease_seconds (AIRFLOW_BACKFILL_LEASE_SECONDS) must be a "
+                                  f"number of seconds in (0, 86400], got {text!r}.")
+    return seconds
 
 
 @dataclass

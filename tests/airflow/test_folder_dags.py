@@ -111,17 +111,22 @@ def test_a_bad_job_file_is_an_import_error_of_its_own_naming_the_field_and_hides
         "bad.yaml": job_file("bad", "lake/orders", parallelism=0),
         "also_bad.yaml": "name: also_bad\nsource: lake/orders\ntarget: lake/x\nprimary_key: [id]\n",
         "same_name.yaml": job_file("good", "lake/other").replace("lake/good", "lake/good2"),
+        "windowed.yaml": job_file("windowed", "lake/orders").replace(
+            "SELECT id, kind FROM source", "SELECT id, rank() OVER (ORDER BY kind) AS r FROM source"),
     })
     parsed = parse_as_the_dag_processor(root)
     assert sorted(dag.dag_id for dag in parsed.serialized_dags) == ["good", "shared_forward"]
     # Each error belongs to its job file, not to the DAG file: Airflow marks every DAG of
     # a file with an import error stale, and the DAG file's DAGs must stay.
-    assert sorted(parsed.import_errors) == ["../jobs/also_bad.yaml", "../jobs/bad.yaml", "../jobs/same_name.yaml"]
+    assert sorted(parsed.import_errors) == ["../jobs/also_bad.yaml", "../jobs/bad.yaml", "../jobs/same_name.yaml",
+                                            "../jobs/windowed.yaml"]
     jobs = (root / "jobs").resolve()
     errors = parsed.import_errors
     assert f"job file {jobs / 'bad.yaml'}: parallelism must be between 1 and 1024, got 0" in errors["../jobs/bad.yaml"]
     assert f"job file {jobs / 'also_bad.yaml'}: missing required field(s) query" in errors["../jobs/also_bad.yaml"]
     assert "name 'good' is already the name of the job in" in errors["../jobs/same_name.yaml"]
+    assert (f"job file {jobs / 'windowed.yaml'}: window functions (OVER ...) are not supported"
+            in errors["../jobs/windowed.yaml"])
     assert bag_of(root).import_errors == {}  # parsing alone (a worker running a task) is not disturbed
 
 

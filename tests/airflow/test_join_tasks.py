@@ -96,11 +96,10 @@ def test_pin_epoch_routes_a_join_by_the_sum_of_its_lags(join_job, vector, route)
         vector.values())
 
 
-def test_pin_epoch_refuses_an_unsupported_join_before_any_spark_work(join_job):
+def test_an_unsupported_join_is_refused_when_the_job_loads_before_any_task(join_job):
     commit_versions(join_job, {"orders": 0, "items": 0})
-    job = join_job.with_overrides(query=QUERY.replace("JOIN", "FULL OUTER JOIN"))
     with pytest.raises(UnsupportedQueryError, match="FULL OUTER JOIN o is not supported"):
-        pin(job).choose_branch(context_with())
+        join_job.with_overrides(query=QUERY.replace("JOIN", "FULL OUTER JOIN"))
 
 
 def test_the_lag_and_the_trigger_split_the_pending_epochs_by_upstream(join_job):

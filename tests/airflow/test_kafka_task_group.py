@@ -7,7 +7,7 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from airflow_backfill.kafka.config import KafkaPipeline, load_kafka_pipeline
-from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 
 ROOT = Path(__file__).resolve().parents[2]
 

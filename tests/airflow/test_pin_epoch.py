@@ -75,11 +75,10 @@ def test_missing_upstream_is_refused(job):
         pin(job).choose_branch(context_with())
 
 
-def test_unsupported_query_is_refused(job):
+def test_unsupported_query_is_refused_when_the_job_loads_before_any_task(job):
     commit_upstream_versions(job.source, 1)
-    windowed = job.with_overrides(query="SELECT order_id, rank() OVER (ORDER BY amount) AS r FROM source")
     with pytest.raises(UnsupportedQueryError, match="window"):
-        pin(windowed).choose_branch(context_with())
+        job.with_overrides(query="SELECT order_id, rank() OVER (ORDER BY amount) AS r FROM source")
 
 
 def test_a_key_spelled_in_another_case_than_the_upstreams_is_refused(job):

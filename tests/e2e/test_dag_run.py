@@ -225,7 +225,7 @@ import pendulum
 from airflow.sdk import DAG
 
 from airflow_backfill.kafka.config import KafkaPipeline
-from airflow_backfill.kafka.task_group import kafka_backfill_task_group
+from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 
 with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False):
     kafka_backfill_task_group(KafkaPipeline.from_mapping({pipeline!r}), source_job_until_finished=True,

@@ -119,7 +119,6 @@ def run_api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServ
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**airflow_env(home, dags, url, PASSWORDS, {"viewer": "viewer", "editor": "user"}),
-           "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": "False",
            "AIRFLOW_BACKFILL_HOME": str(tables / "example")}
     prepare_database(home / "airflow.db", env)
     serialized = run_airflow("dags", "reserialize", env=env, timeout=300)

@@ -161,14 +161,23 @@ def _histories(specs: Sequence[TableSpec]) -> dict[str, TableHistory]:
     return histories
 
 
+def _creating_phase(table: TableHistory) -> str | None:
+    """The phase of an MV whose job state says it is still being created; None otherwise."""
+    if table.is_base or table.spec.kind not in (KIND_MV, KIND_JOIN):
+        return None
+    state = job_state.read_state(table.spec.uri)
+    if state.get("state") != job_state.STATE_CREATING:
+        return None
+    return str(state.get("phase") or "snapshot")
+
+
 def _being_created(table: TableHistory) -> str | None:
     """Why the table's job is still creating it; None when it is created."""
+    phase = _creating_phase(table)
+    if phase is not None:
+        return f"being created (phase {phase}); name it to read it anyway"
     if table.is_base:
         return None
-    if table.spec.kind in (KIND_MV, KIND_JOIN):
-        state = job_state.read_state(table.spec.uri)
-        if state.get("state") == job_state.STATE_CREATING:
-            return f"being created (phase {state.get('phase') or 'snapshot'}); name it to read it anyway"
     if table.epochs_at(table.latest) is None:
         return "being created: its latest version reflects no upstream epoch yet; name it to read it anyway"
     return None
@@ -288,10 +297,19 @@ def _common(tables: list[TableHistory], history: int) -> dict[str, tuple[int, Ep
         if all(_searched_all(table, depth) for table in tables):
             break
     newest = "; ".join(f"{t.spec.name} at {_text(_newest(t, history)[1])}" for t in tables)
+    creating = [f"{t.spec.name} (phase {phase})" for t in tables if (phase := _creating_phase(t)) is not None]
+    if creating:
+        raise NotYetConsistentError(
+            f"the tables share no upstream epoch in their last {history} versions (newest: {newest}): "
+            f"{', '.join(creating)} {'is' if len(creating) == 1 else 'are'} still being created, and commit the "
+            "epochs of their backfill, not those the others commit. They meet once the backfill ends and its rounds "
+            "commit the epochs the others do. Wait, or use policy latest."
+        )
     raise NotYetConsistentError(
         f"the tables share no upstream epoch in their last {history} versions (newest: {newest}). Each MV commits "
         "the upstream versions its rounds end at; they meet once the upstream pauses long enough for all of "
-        "them to catch up to one version. Wait, or use policy latest."
+        "them to catch up to one version, or at a multiple of the jobs' round_alignment when they have one. Wait, "
+        "or use policy latest."
     )
 
 

@@ -26,7 +26,7 @@ the driver wrote from rows it holds (`driver_file`, no Spark job); `replace_with
 marks the rows a replace or delete removes in deletion vectors from that list too
 (`listed_replace`).
 
-Relies on delta-spark 4.4's JVM classes (`constraints-3.11.txt` and `jars/pom.xml` pin it);
+Relies on delta-spark 4.4's JVM classes (`constraints-3.11.txt` and `airflow_backfill/jvm/poms/spark.xml` pin it);
 `tests/test_transaction_write.py` checks the log entries and both guarantees.
 """
 

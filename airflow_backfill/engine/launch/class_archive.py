@@ -31,30 +31,34 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_backfill.engine.delta.jars import default_jars_dir, delta_spark_conf
+from airflow_backfill import __version__
+from airflow_backfill.config import cache_dir, setting
+from airflow_backfill.engine.delta.jars import delta_spark_conf
 from airflow_backfill.exceptions import BackfillConfigError
 
 log = logging.getLogger(__name__)
 
 ARCHIVE_VARIABLE = "AIRFLOW_BACKFILL_JVM_ARCHIVE"
-"""The archive's path, or `off` to start every driver without one."""
+"""The archive's path, or `off` to start every driver without one (the `[airflow_backfill]
+jvm_archive` option's override)."""
 OFF = "off"
 DEFAULTS_FILE = "spark-defaults.conf"
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 BUILD_TIMEOUT_S = 900.0
 
 
-def default_archive_path() -> str:
-    """`jars/jvm/driver.jsa` next to the package, beside the jars it was built against."""
-    return os.path.join(os.path.dirname(default_jars_dir()), "jvm", "driver.jsa")
+def default_archive_path(environ: Mapping[str, str] = os.environ) -> str:
+    """In the provider's user cache, a folder per provider version (never beside the package,
+    which may not be writable)."""
+    return os.path.join(cache_dir(environ), "jvm", __version__, "driver.jsa")
 
 
 def archive_path(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The archive the environment names (None when it is switched off)."""
-    setting = environ.get(ARCHIVE_VARIABLE, "").strip()
-    if setting.lower() == OFF:
+    """The archive the settings name (None when it is switched off)."""
+    configured = setting("jvm_archive", environ)
+    if configured.lower() == OFF:
         return None
-    return os.path.abspath(setting) if setting else default_archive_path()
+    return os.path.abspath(os.path.expanduser(configured)) if configured else default_archive_path(environ)
 
 
 def _conf_dir(path: str) -> str:
@@ -190,7 +194,8 @@ def _spark_submit() -> str:
     beside = Path(sys.executable).with_name("spark-submit")
     found = str(beside) if beside.exists() else shutil.which("spark-submit")
     if not found:
-        raise BackfillConfigError("spark-submit is not on PATH: install pyspark (scripts/install.sh does).")
+        raise BackfillConfigError("spark-submit is not on PATH: install pyspark (airflow-backfill's requirements "
+                                  "bring it) in this Python.")
     return found
 
 

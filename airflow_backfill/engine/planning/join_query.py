@@ -41,6 +41,8 @@ from airflow_backfill.engine.planning.query import (
     QueryPlan,
     parse_single_select,
     plan_query,
+    refuse_unmaintained_clauses,
+    refuse_unmaintained_expressions,
 )
 from airflow_backfill.exceptions import UnsupportedQueryError
 
@@ -163,6 +165,20 @@ def _plan_join(query: str, upstreams: tuple[tuple[str, tuple[str, ...]], ...],
             padded=tree.padded(index),
         ))
     return _keyed_plan(query, tuple(tables), flat.sql(dialect="spark"))
+
+
+@functools.lru_cache(maxsize=64)
+def check_join_query(query: str, names: tuple[str, ...]) -> None:
+    """What can be refused of a join's query without its upstreams' schemas: the clauses,
+    expressions and join kinds no MV can keep, and tables that are not the job's sources.
+    Run when the job loads; `plan_join` checks the columns and keys when a task runs."""
+    select = parse_single_select(query)
+    _refuse_outside_the_join(select)
+    tables = _aliases(select, list(names))
+    for join, (_, alias) in zip(select.args.get("joins") or [], tables[1:], strict=True):
+        _join_kind(join, alias)
+    refuse_unmaintained_clauses(select)
+    refuse_unmaintained_expressions(select)
 
 
 def _refuse_outside_the_join(select: exp.Select) -> None:

@@ -117,10 +117,27 @@ def parse_single_select(query: str) -> exp.Select:
 
 
 def _refuse_unsupported_constructs(select: exp.Select) -> None:
+    if select.args.get("with_") is not None or select.args.get("with") is not None:
+        _refuse("WITH (common table expressions)")
+    if select.args.get("joins"):
+        _refuse("JOIN")
+    refuse_unmaintained_clauses(select)
+    _refuse_sources(select)
+    refuse_unmaintained_expressions(select)
+
+
+def _refuse(construct: str) -> None:
+    raise UnsupportedQueryError(
+        f"{construct} is not supported in this version: only stateless queries "
+        "(projections, deterministic expressions, WHERE) and grouped aggregates (GROUP BY with "
+        "COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT), HAVING) can be maintained incrementally."
+    )
+
+
+def refuse_unmaintained_clauses(select: exp.Select) -> None:
+    """Refuse the clauses no MV can keep (DISTINCT, LIMIT, ORDER BY, ...), by name; a join's
+    query is held to them too."""
     refusals: list[tuple[bool, str]] = [
-        (select.args.get("with_") is not None or select.args.get("with") is not None,
-         "WITH (common table expressions)"),
-        (bool(select.args.get("joins")), "JOIN"),
         (select.args.get("distinct") is not None, "DISTINCT (use GROUP BY over the selected columns)"),
         (select.args.get("limit") is not None, "LIMIT"),
         (select.args.get("offset") is not None, "OFFSET"),
@@ -130,12 +147,11 @@ def _refuse_unsupported_constructs(select: exp.Select) -> None:
     ]
     for refused, construct in refusals:
         if refused:
-            raise UnsupportedQueryError(
-                f"{construct} is not supported in this version: only stateless queries "
-                "(projections, deterministic expressions, WHERE) and grouped aggregates (GROUP BY with "
-                "COUNT, SUM, AVG, MIN, MAX, COUNT(DISTINCT), HAVING) can be maintained incrementally."
-            )
-    _refuse_sources(select)
+            _refuse(construct)
+
+
+def refuse_unmaintained_expressions(select: exp.Select) -> None:
+    """Refuse aggregates in WHERE, windows, subqueries and non-deterministic functions."""
     where = select.args.get("where")
     for node in where.walk() if where is not None else ():
         if isinstance(node, exp.AggFunc):
