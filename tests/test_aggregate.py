@@ -120,16 +120,25 @@ def test_having_hides_groups_but_keeps_their_state(spark, tables):
 
 
 def record_upstream_reads(monkeypatch, job: BackfillJob) -> list[int | None]:
-    """The versions at which a round reads the upstream's files (the state's reads are not counted)."""
+    """The versions at which a round reads the upstream's files, through Spark or by the
+    driver's lookup of the groups' rows (the state's reads are not counted)."""
     reads: list[int | None] = []
     real = aggregate_apply.read_upstream_as_of
+    real_lookup = aggregate_apply.groups_rows_in_driver
 
     def recording(spark, uri, version):
         if uri == job.source:
             reads.append(version)
         return real(spark, uri, version)
 
+    def recording_lookup(spark, uri, aggregate, groups, version):
+        found = real_lookup(spark, uri, aggregate, groups, version)
+        if found is not None and uri == job.source:
+            reads.append(version)
+        return found
+
     monkeypatch.setattr(aggregate_apply, "read_upstream_as_of", recording)
+    monkeypatch.setattr(aggregate_apply, "groups_rows_in_driver", recording_lookup)
     return reads
 
 
@@ -197,7 +206,7 @@ def test_a_crash_between_the_state_and_mv_commits_is_recovered(spark, tables, mo
 
 @pytest.mark.parametrize("held", [True, False], ids=["small state, written first", "large state, written beside"])
 def test_a_failed_state_overwrite_leaves_the_mv_uncommitted(spark, tables, monkeypatch, held):
-    """A state the driver writes is written before the MV's changes; a larger one beside the
+    """A state the driver writes (a patch) is written before the MV's changes; a larger one beside the
     MV's write, the MV committing only after the state did. Either way a state write that
     fails leaves both tables as they were and the round redoable."""
     if not held:
@@ -219,7 +228,7 @@ def test_a_failed_state_overwrite_leaves_the_mv_uncommitted(spark, tables, monke
     with pytest.raises(RuntimeError, match="disk is full"):
         run_catch_up(spark, job)
     assert watermarks(job) == (0, 0)
-    assert sorted(ways) == (["overwrite"] if held else ["overwrite", "overwrite"])
+    assert sorted(ways) == (["patch"] if held else ["overwrite", "overwrite"])
     monkeypatch.setattr(aggregate_apply, "write", real)
     run_catch_up(spark, job)
     assert watermarks(job) == (1, 1)

@@ -184,3 +184,37 @@ def test_floating_point_sums_by_arrow_equal_spark_but_for_the_order_of_adding(sp
                 assert got[column] == value or got[column] != got[column] and value != value, (k, column)
     assert arrow_rows[0][sums[0]] is None and math.copysign(1.0, arrow_rows[1][sums[0]]) == 1.0
     assert any(math.isnan(row[sums[0]]) for row in arrow_rows.values() if row[sums[0]] is not None)
+
+
+@pytest.mark.parametrize("zone", ["America/New_York", "UTC"])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_floating_point_minima_and_maxima_by_arrow_are_sparks(spark, zone, seed):
+    """MIN and MAX of FLOAT and DOUBLE over rows with every edge value (NaN, which Spark
+    orders above infinity; -0.0 and 0.0, equal; NULL): Arrow's fold gives Spark's."""
+    from process_zone import python_in_zone
+
+    aggregate = _aggregate("SELECT k, MIN(d) AS dmin, MAX(d) AS dmax, MIN(f) AS fmin, MAX(f) AS fmax, "
+                           "COUNT(*) AS n FROM source GROUP BY k")
+    spark.createDataFrame([(i, k, d, f) for i, (k, d, f, _) in enumerate(_float_changes(seed + 100, 12, 60))],
+                          "id long, k long, d double, f float").createOrReplaceTempView("source")
+    state = _held(spark, spark.sql(sql.state_sql(aggregate)))
+    changes = [row[:3] + (1,) for row in _float_changes(seed, 12, 300)]  # arrivals: extremes combine exactly
+    _held(spark, spark.createDataFrame(changes, "k long, d double, f float, __sign int")) \
+        .createOrReplaceTempView(apply._CHANGES)
+    with python_in_zone(zone):
+        by_arrow = touched_in_driver(spark, aggregate, apply._CHANGES, state, None, frozenset())
+        assert by_arrow is not None and is_local(by_arrow), "floating-point extremes are folded by the driver"
+        by_spark = apply._touched_by_spark(spark, aggregate, state, None, frozenset())
+        arrow_rows = {row["__g0"]: row.asDict() for row in by_arrow.collect()}
+        spark_rows = {row["__g0"]: row.asDict() for row in by_spark.collect()}
+    assert arrow_rows.keys() == spark_rows.keys() and len(arrow_rows) == 12
+    nan_seen = False
+    for k, expected in spark_rows.items():
+        for column, value in expected.items():
+            got = arrow_rows[k][column]
+            if isinstance(value, float) and math.isnan(value):
+                nan_seen = True
+                assert isinstance(got, float) and math.isnan(got), (k, column, got)
+            else:
+                assert got == value, (k, column, got, value)  # -0.0 == 0.0, as Spark compares them
+    assert nan_seen, "the rows hold NaN extremes"

@@ -29,7 +29,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
-from airflow_backfill.engine.aggregates.state import read_state, state_uri, state_watermark
+from airflow_backfill.engine.aggregates.state import (
+    read_state,
+    state_rows_found,
+    state_rows_of,
+    state_uri,
+    state_watermark,
+)
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.commit_after import commit_after
 from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
@@ -42,12 +48,21 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
-from airflow_backfill.engine.delta.driver_rows import held_in_driver, held_whole, is_local, local_arrow
+from airflow_backfill.engine.delta.driver_rows import (
+    arrow_of,
+    held_in_driver,
+    held_whole,
+    is_local,
+    local_arrow,
+    local_relation,
+)
 from airflow_backfill.engine.delta.key_range import table_rows
+from airflow_backfill.engine.delta.keyed_rows import find_rows
 from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
 from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.listed_files import read_table
-from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema
+from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema, table_at
+from airflow_backfill.engine.delta.log_state import table_state
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.round_plan import (
@@ -183,10 +198,12 @@ def fold_signed_rows(
     Returns (change rows folded, MV rows changed, the plan).
     """
     aggregate = _aggregate(plan)
-    # Changes the driver holds, folded into a small state, take a moment: the state is held
-    # too, and their touched groups are collected straight away, with no cache to plan.
-    small = is_local(signed) and held_whole(state_uri(job.target))
-    state = read_state(spark, job, _state_columns(aggregate), held=small)
+    # Changes the driver holds take a moment: their touched groups' old state is looked up
+    # (or, failing that, a small state held whole), and the groups are collected straight
+    # away, with no cache to plan.
+    small = is_local(signed)
+    state = read_state(spark, job, _state_columns(aggregate),
+                       held=small and not state_rows_found(job) and held_whole(state_uri(job.target)))
     if change_rows is None:
         change_rows = signed.count() + (leaving_groups.count() if leaving_groups is not None else 0)
     if not change_rows:
@@ -350,6 +367,8 @@ def touched_groups(
     `leaving_groups` (state rows; counts and sums only) are subtracted as they stand."""
     signed.createOrReplaceTempView(_CHANGES)
     widened = argument_widening(spark, aggregate, _CHANGES)
+    if is_local(signed) and arrow_of(state) is None:
+        state = _touched_state(spark, job, aggregate, state, leaving_groups)
     touched = touched_in_driver(spark, aggregate, _CHANGES, state, leaving_groups, widened) \
         if is_local(signed) else None
     if touched is None:
@@ -367,6 +386,30 @@ def touched_groups(
     types = value_types(spark, aggregate, upstream)
     mv_types = [field.dataType.simpleString() for field in mv.fields]
     return spark.sql(sql.changes_sql(aggregate, _NEW, types, mv_types))
+
+
+def _touched_state(spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, state: DataFrame,
+                   leaving_groups: DataFrame | None) -> DataFrame:
+    """The state's rows of the groups the driver-held changes in `_CHANGES` touch (and of
+    `leaving_groups`), as a local relation, when the driver finds them (`state_rows_of`);
+    else `state` as it is. Why: the fold joins the touched groups with their old state, and
+    a large state read whole costs what it holds where a lookup costs what the round
+    touched (and a state with deletion vectors cannot be held whole)."""
+    import pyarrow as pa
+
+    keys = sql.key_columns(aggregate)
+    rows = local_arrow(spark.sql(sql.row_sql(aggregate, signed=True, relation=_CHANGES)))
+    leaving = None if leaving_groups is None else local_arrow(leaving_groups)
+    if rows is None or (leaving_groups is not None and leaving is None):
+        return state
+    parts = [rows.select(keys), *([] if leaving is None else [leaving.select(keys).cast(rows.select(keys).schema)])]
+    try:
+        groups = pa.concat_tables(parts).group_by(keys, use_threads=False).aggregate([])
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return state
+    old = state_rows_of(job, aggregate, groups)
+    held = None if old is None else local_relation(spark, old, state.schema)
+    return state if held is None else held
 
 
 @contextmanager
@@ -434,10 +477,51 @@ def _with_recomputed(
     if flagged.isEmpty():  # e.g. inserts only, for MIN/MAX: the upstream is not read
         return new
     flagged.createOrReplaceTempView(_KEYS)
-    read_upstream_as_of(spark, job.source, end_version).createOrReplaceTempView("source")
+    rows = groups_rows_in_driver(spark, job.source, aggregate, flagged, end_version)
+    (rows if rows is not None else read_upstream_as_of(spark, job.source, end_version)).createOrReplaceTempView(
+        "source")
     spark.sql(sql.recompute_sql(aggregate, _KEYS)).createOrReplaceTempView(_RECOMPUTED)
     recomputed = spark.sql(sql.with_recomputed_sql(aggregate, _NEW, _RECOMPUTED))
     return cast_to(recomputed, schema, keep=carried)
+
+
+def groups_rows_in_driver(spark: SparkSession, source: str, aggregate: AggregateQuery, groups: DataFrame,
+                          version: int) -> DataFrame | None:
+    """The upstream's rows (as of `version`) of the `groups` a round must recompute, as a
+    local relation of the columns the query reads, when every GROUP BY key is a plain
+    column and the driver holds the groups: found in the upstream's files by those columns
+    (`keyed_rows`, deletion vectors applied), a cost that follows the groups' rows where
+    Spark's time travel reads the whole upstream. None otherwise (the caller reads it)."""
+    import pyarrow as pa
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+
+    columns = sql.plain_group_columns(aggregate)
+    keys = None if columns is None else local_arrow(groups)
+    state = None if keys is None else table_state(source, version)
+    if columns is None or keys is None or state is None:
+        return None
+    schema = spark_schema(table_at(source, version))
+    names = {field.name.lower(): field.name for field in schema.fields}
+    if any(column.lower() not in names for column in columns):
+        return None
+    group_columns = [names[column.lower()] for column in columns]
+    wanted = [name for name in schema.names if name.lower() in sql.row_columns(aggregate)]
+    found = find_rows(state, group_columns, keys.select(sql.key_columns(aggregate)).rename_columns(group_columns),
+                      wanted, null_safe=True)
+    if found is None:
+        return None
+    from pyspark.sql.types import StructType
+
+    subset = StructType([schema[name] for name in wanted])
+    try:
+        rows = found.rows.select(wanted).cast(arrow_schema_of(subset))
+    except (TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("groups to recompute read by Spark: %s", error)
+        return None
+    log.info("%s rows of %s groups to recompute read by the driver from %s files", rows.num_rows, keys.num_rows,
+             len(found.files))
+    return local_relation(spark, rows, subset)
 
 
 def _state_changes(aggregate: AggregateQuery, rows: DataFrame) -> DataFrame:

@@ -16,6 +16,11 @@ left to Spark, which raises), MIN/MAX of types Arrow orders as Spark does, group
 without floating-point values and without NULLs (Spark groups NaN and -0.0, and joins
 NULL keys with `<=>`). Anything else returns None and Spark folds the rows as before.
 
+MIN and MAX of floating-point values are taken with Spark's order, in which NaN is the
+largest value: Arrow skips NaN unless a group holds nothing else, which gives Spark's MIN,
+and a MAX whose group holds a NaN is NaN. Zeros of either sign compare equal in both, and
+either may be the extreme found (Spark's too depends on the rows' order).
+
 Floating-point sums are taken too, with IEEE arithmetic as Spark's (NaN and infinities
 propagate alike, an all-NULL group sums to NULL): the terms are added in another order
 than Spark's partial and final aggregates add them, which moves only the last bits (terms
@@ -122,7 +127,8 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> b
             elif not pa.types.is_decimal(kind):
                 return False
         elif not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
-                  or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)):
+                  or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)
+                  or pa.types.is_floating(kind)):
             return False
     return True
 
@@ -131,9 +137,22 @@ def combine_terms(terms: pa.Table, keys: list[str], combines: dict[str, str]) ->
     """The terms combined per group of `keys` (`combines`: sum, min or max per column; a NULL
     sum or extreme when every term is NULL, as in Spark), or None when Arrow would not
     combine them exactly as Spark does (`_combinable`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if not _combinable(terms, keys, combines):
         return None
-    grouped = terms.group_by(keys, use_threads=False).aggregate([(name, how) for name, how in combines.items()])
+    nan_maxima = [name for name, how in combines.items() if how == "max" and pa.types.is_floating(terms[name].type)]
+    flags = {f"__nan_{name}": pc.fill_null(pc.is_nan(terms[name]), False) for name in nan_maxima}
+    for flag, values in flags.items():
+        terms = terms.append_column(flag, values)
+    grouped = terms.group_by(keys, use_threads=False).aggregate(
+        [*((name, how) for name, how in combines.items()), *((flag, "any") for flag in flags)])
+    for name in nan_maxima:  # Spark orders NaN above every number
+        column = f"{name}_max"
+        nan = pa.scalar(float("nan"), grouped[column].type)
+        grouped = grouped.set_column(grouped.schema.get_field_index(column), column,
+                                     pc.if_else(grouped[f"__nan_{name}_any"], nan, grouped[column]))
     return grouped.select([*keys, *(f"{name}_{how}" for name, how in combines.items())]).rename_columns(
         [*keys, *combines])
 

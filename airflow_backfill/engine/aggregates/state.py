@@ -22,16 +22,21 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.driver_rows import held_table
+from airflow_backfill.engine.delta.keyed_rows import find_rows
 from airflow_backfill.engine.delta.listed_files import read_table
-from airflow_backfill.engine.delta.log import load_table, table_exists
+from airflow_backfill.engine.delta.log import load_table, spark_schema, table_exists
+from airflow_backfill.engine.delta.log_state import table_state
 from airflow_backfill.engine.job_state import state_dir
+from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.exceptions import TargetError
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
+    from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
@@ -86,6 +91,40 @@ def read_state(spark: SparkSession, job: BackfillJob, columns: list[str], *, hel
             "rerun the snapshot) or restore the query it was built with."
         )
     return state
+
+
+def state_rows_found(job: BackfillJob) -> bool:
+    """Whether the state's rows of some groups can be looked up by the driver
+    (`state_rows_of`): its log is one `log_state` follows."""
+    state = table_state(state_uri(job.target))
+    return state is not None and state.plain_layout
+
+
+def state_rows_of(job: BackfillJob, aggregate: AggregateQuery, groups: pa.Table) -> pa.Table | None:
+    """The state's rows of `groups` (its key columns `__g<i>`, NULL equal to NULL), in the
+    state's columns and Arrow types, found by the driver in the files their statistics
+    meet (`keyed_rows`, deletion vectors applied); None when the driver does not find them.
+    Why: a round touches a few groups of a state that may hold millions; reading it whole
+    costs what the state holds, a lookup what the round touched."""
+    import pyarrow as pa
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+
+    uri = state_uri(job.target)
+    state = table_state(uri)
+    if state is None:
+        return None
+    keys = sql.key_columns(aggregate)
+    columns = [*keys, *sql.state_value_columns(aggregate)]
+    found = find_rows(state, keys, groups.select(keys), columns, null_safe=True)
+    if found is None:
+        return None
+    try:
+        target = arrow_schema_of(spark_schema(load_table(uri)))
+        return found.rows.select(columns).cast(pa.schema([target.field(name) for name in columns]))
+    except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("state rows of %s left to the whole state: %s", uri, error)
+        return None
 
 
 def _held_state(spark: SparkSession, uri: str) -> DataFrame | None:

@@ -91,6 +91,18 @@ def row_sql(aggregate: AggregateQuery, *, signed: bool = False, relation: str = 
     return f"SELECT {', '.join(columns)} FROM {relation}{where}"
 
 
+def plain_group_columns(aggregate: AggregateQuery) -> list[str] | None:
+    """The upstream column each GROUP BY key is, when every key is a plain column (no
+    expression, no struct field); None otherwise."""
+    columns = []
+    for expression in aggregate.group_by:
+        tree = sqlglot.parse_one(expression, read="spark")
+        if not isinstance(tree, exp.Column) or tree.table:
+            return None
+        columns.append(tree.name)
+    return columns
+
+
 def row_columns(aggregate: AggregateQuery) -> frozenset[str]:
     """Lower-cased names the row-level parts (WHERE, GROUP BY keys, arguments) refer to,
     as a column or as the struct a field is read from: change rows need no other column."""
