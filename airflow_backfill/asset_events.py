@@ -33,10 +33,14 @@ COMMITTED_AT = PREFIX + "committed_at"
 def event_extra(hook: DeltaBackfillHook, *, job: str, phase: str, watermark: int | None,
                 version: int | None = None) -> dict[str, Any]:
     """The `airflow_backfill.*` fields of an event for the MV as of its version `version`
-    (its latest when None): job, phase, watermark, source, a join's watermark of each
-    upstream, the MV version with the base upstream epochs it reflects (through MV-on-MV
-    chains) and the readers that read its feed exactly. One function for the tasks' and
-    the watcher's events, so a downstream DAG reads the same fields from both."""
+    (None: the version that set `watermark`, else the latest): job, phase, watermark,
+    source, a join's watermark of each upstream, the MV version with the base upstream
+    epochs it reflects (through MV-on-MV chains) and the readers that read its feed
+    exactly. One function for the tasks' and the watcher's events, so a downstream DAG
+    reads the same fields from both, and the MV version always holds the watermark named
+    (the shared forward may commit between a phase's end and its event)."""
+    if version is None and watermark is not None:
+        version = hook.commit_of(watermark)
     extra: dict[str, Any] = {
         PREFIX + "job": job, PREFIX + "phase": phase, WATERMARK: watermark, PREFIX + "source": hook.source,
     }

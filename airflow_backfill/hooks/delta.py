@@ -230,6 +230,25 @@ class DeltaBackfillHook(BaseHook):
                 moved.append(self._watermark_commit(version, commit.txn, commit.metadata))
         return CommitScan(newest, watermark, tuple(moved))
 
+    def commit_of(self, watermark: int) -> int | None:
+        """The MV version whose commit set `watermark`, searched back from the newest: what
+        a phase's event names, even when another writer (the shared forward) committed
+        after the phase read its watermark. None when the newest commits do not tell."""
+        from airflow_backfill.engine.consistency.history import read_commit
+        from airflow_backfill.engine.delta.log import latest_version, table_exists
+
+        self.register_storage()
+        if not table_exists(self.target):
+            return None
+        newest = latest_version(self.target)
+        for version in range(newest, max(-1, newest - FIRST_SCAN_DEPTH), -1):
+            commit = read_commit(self.target, version, self.app_id)
+            if commit is None or (commit.txn is not None and commit.txn < watermark):
+                return None
+            if commit.txn == watermark:
+                return version
+        return None
+
     def _newest_watermark_commit(self) -> CommitScan:
         """A scan from the newest version back to the newest commit that set the watermark."""
         from airflow_backfill.engine.consistency.history import read_commit
