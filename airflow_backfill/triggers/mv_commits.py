@@ -131,6 +131,8 @@ class MvCommitsTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = self.hook()
         previous = await self._recorded_version()
+        self.log.info("watching the commits of MV %s (a read every %s s, events at least %s s apart); the "
+                      "recorded event's MV version: %s", self.target, self.poll_interval, self.min_interval, previous)
         after, watermark = previous, None
         pending: list[WatermarkCommit] = []
         last_event = -math.inf
