@@ -83,6 +83,13 @@ OPTIONS = (
            "the provider's version's folder under cache_dir.", "string", "", "/opt/kafka/libs"),
     Option("lease_seconds", "How long the writer's lease on an MV on S3 lasts without renewal: how long an MV "
            "stays blocked after its writer crashed.", "float", "60", "30"),
+    Option("asset_event_poll_interval", "Seconds between two reads of an MV's Delta log by the MV's asset watcher, "
+           "the trigger that turns the commits of a running forward (the shared forward's included) into asset "
+           "events on the MV; it runs in the triggerer while an unpaused DAG is scheduled on the MV.", "float", "2",
+           "5"),
+    Option("asset_event_min_interval", "Seconds at least between two asset events the watcher of one MV sends: the "
+           "commits in between are coalesced into the next event, which carries the newest watermark and how many "
+           "commits it covers. 0: one event per read of the log.", "float", "10", "60"),
     Option("sizes", "The size thresholds that choose between the driver's Arrow paths and Spark (docs/sizes.md): "
            "a preset (`default`, `spark`) or a JSON object of thresholds. Empty: the defaults.", "string", "",
            '{"driver_rows": 5000}'),

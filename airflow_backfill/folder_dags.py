@@ -15,6 +15,10 @@ DAG, `<prefix>shared_forward`, runs one Spark application that keeps every MV of
 folder fresh (`shared_forward/`). `forward="task"` keeps today's shape instead: each
 job's DAG ends with its own `forward` task.
 
+Every MV asset of the folder's DAGs (`mv_asset`) carries the MV's watcher, so a DAG
+scheduled on `mv_asset(job)` anywhere runs after the shared forward's commits too, not
+only after the backfill's tasks.
+
 A job file that fails to load does not hide the others: their DAGs are built, and the
 file becomes an import error of its own (Airflow's "DAG Import Errors" list, under the
 job file's path), naming the field (`JobFileErrorDag`).
@@ -33,13 +37,20 @@ import pendulum
 from airflow.sdk import DAG, Asset, AssetAll
 
 from airflow_backfill.exceptions import BackfillConfigError
+from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_folder import FolderJob, JobFileError, JobFolder, load_job_folder
 from airflow_backfill.job_input import beside_caller
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 from airflow_backfill.operators.shared_forward import SharedForwardOperator
 from airflow_backfill.shared_forward import DEFAULT_WORKERS
-from airflow_backfill.task_group import backfill_task_group, caught_up_asset, delta_table_asset
+from airflow_backfill.task_group import (
+    backfill_task_group,
+    caught_up_asset,
+    delta_table_asset,
+    mv_asset,
+    share_watchers,
+)
 
 FORWARD_SHARED = "shared"
 FORWARD_TASK = "task"
@@ -143,9 +154,25 @@ def backfill_dags(
                                   workers=forward_workers, conn_id=conn_id, retries=SHARED_FORWARD_RETRIES,
                                   retry_delay=timedelta(seconds=30), **dict(forward_kwargs or {}))
         dags[dag_id] = dag
+    # A job over another job's MV names that MV as an inlet: the same watcher everywhere.
+    share_watchers(task for dag in dags.values() for task in dag.tasks)
     for error in loaded.errors:
         _report_error(error, dag_id_prefix, start_date)
     return dags
+
+
+def folder_mv_asset(folder: str | os.PathLike[str], name: str) -> Asset:
+    """The Asset of the MV of job `name` in the job folder `folder` (relative: to the calling
+    DAG file), its table paths resolved as `backfill_dags` resolves them (against the
+    folder): what a DAG in another file schedules on to run after the MV's commits, the
+    shared forward's included (it carries the MV's watcher, `mv_asset`)."""
+    loaded = load_job_folder(beside_caller(os.path.expandvars(os.fspath(folder))).resolve())
+    for entry in loaded.jobs:
+        if entry.name == name and isinstance(entry.job, BackfillJob):
+            return mv_asset(entry.job)
+    names = ", ".join(entry.name for entry in loaded.jobs if not entry.is_kafka) or "none"
+    raise BackfillConfigError(f"job folder {loaded.folder} has no Delta job named {name!r} (its Delta jobs: {names}); "
+                              "check the name, or the job file's load error on Airflow's import errors list.")
 
 
 def job_schedule(loaded: JobFolder, entry: FolderJob, default: Any) -> Any:

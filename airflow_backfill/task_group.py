@@ -6,7 +6,8 @@
 operators/pin_epoch.py); catch-up and forward use the `none_failed_min_one_success`
 trigger rule so they still run when the phases before them were skipped. Every task
 that commits to the MV declares it as an Asset outlet, so a downstream job's DAG can be
-scheduled on it, and the upstream as an inlet.
+scheduled on it, and the upstream as an inlet. The MV's asset carries a watcher that
+reports the commits of a running forward, which no task end reports (`mv_asset`).
 
 An MV built on another MV in the same DAG starts once its upstream MV is caught up, not
 once that MV's forward ends (forward may run for as long as the job lives):
@@ -19,12 +20,13 @@ upstream MV was already fresh and its catch-up and wait were skipped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import Asset, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
+from airflow.sdk import Asset, AssetWatcher, BaseOperator, Param, TaskGroup, TriggerRule, XComArg
 
+from airflow_backfill.hooks.delta import job_source
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.job_input import as_job
 from airflow_backfill.operators.phases import (
@@ -36,9 +38,13 @@ from airflow_backfill.operators.phases import (
 )
 from airflow_backfill.operators.pin_epoch import PinEpochOperator
 from airflow_backfill.sensors.lag import CaughtUpSensor
+from airflow_backfill.triggers.mv_commits import MvCommitsTrigger, configured_intervals
+
+if TYPE_CHECKING:
+    from airflow.sdk.definitions.mappedoperator import MappedOperator
 
 
-def delta_table_asset(location: str) -> Asset:
+def delta_table_asset(location: str, watchers: Sequence[AssetWatcher] = ()) -> Asset:
     """A Delta table as an Airflow Asset, named by its URI (`file://<path>` for a path).
 
     Airflow keeps asset names and URIs each unique: naming the asset by its URI makes a
@@ -46,7 +52,7 @@ def delta_table_asset(location: str) -> Asset:
     be another job's MV in the same deployment).
     """
     uri = location if "://" in location else f"file://{location}"
-    return Asset(name=uri, uri=uri)
+    return Asset(name=uri, uri=uri, watchers=list(watchers))
 
 
 def caught_up_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
@@ -63,8 +69,49 @@ def caught_up_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
 
 def mv_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
     """The MV as an Airflow Asset (`file://<target>`, or its `s3://` URI), for outlets and
-    downstream schedules."""
-    return delta_table_asset(as_job(job).target)
+    downstream schedules.
+
+    It carries the MV's watcher (`mv_watcher`): while an unpaused DAG is scheduled on the
+    MV, Airflow runs it in the triggerer and every forward commit (the shared forward's
+    included) reaches that DAG as an asset event. The watcher is not part of the asset's
+    identity (its name and URI), so a schedule built before it still names this asset.
+    """
+    job = as_job(job)
+    return delta_table_asset(job.target, [mv_watcher(job)])
+
+
+def mv_watcher(job: BackfillJob | Mapping[str, Any] | str) -> AssetWatcher:
+    """The watcher that turns the MV's forward commits into asset events (one per poll of
+    its log at most, coalesced: `triggers/mv_commits.py`), its intervals from the provider's
+    settings so that every DAG file that names the MV builds the same one."""
+    job = as_job(job)
+    poll_interval, min_interval = configured_intervals()
+    trigger = MvCommitsTrigger(job=job.name, source=job_source(job), target=job.target, app_id=job.app_id,
+                               poll_interval=poll_interval, min_interval=min_interval, aws_conn_id=job.aws_conn_id)
+    return AssetWatcher(name=f"{job.name}_commits", trigger=trigger)
+
+
+def share_watchers(tasks: Iterable[BaseOperator | MappedOperator]) -> None:
+    """Make every inlet and outlet of `tasks` that names a watched asset carry its watchers.
+
+    The DAG processor takes an asset's watchers from the last place a DAG file names it,
+    inlets included: a job over an MV names that MV as a plain inlet (`upstream_assets`),
+    and if it came last, the MV's watcher would be dropped at every parse and added back
+    at the next parse of another file.
+    """
+    tasks = list(tasks)
+    watched = {asset.name: asset for task in tasks for asset in (*task.inlets, *task.outlets)
+               if isinstance(asset, Asset) and asset.watchers}
+    if not watched:
+        return
+
+    def with_watchers(assets: list[Any]) -> list[Any]:
+        return [watched.get(asset.name, asset) if isinstance(asset, Asset) and not asset.watchers else asset
+                for asset in assets]
+
+    for task in tasks:
+        task.inlets = with_watchers(task.inlets)
+        task.outlets = with_watchers(task.outlets)
 
 
 def upstream_asset(job: BackfillJob | Mapping[str, Any] | str) -> Asset:
@@ -180,6 +227,8 @@ def backfill_task_group(
         if verify:
             checks = {key: value for key, value in common.items() if key != "outlets"}  # reads only
             wait >> VerifyOperator(task_id="verify", **checks)
+    if group.dag is not None:  # a group over another group's MV in the same DAG names it as an inlet
+        share_watchers(group.dag.tasks)
     return group
 
 

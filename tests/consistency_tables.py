@@ -30,14 +30,15 @@ def append_upstream(uri: str) -> int:
 
 
 def mv_commit(target: str, job: str, source: str | dict[str, str], watermark: int | None = None, *,
-              vector: dict[str, int] | None = None, recorded: int | None = None, kafka_round: int | None = None) -> int:
-    """One MV commit (an overwrite with a row naming its epochs); the MV's new version.
+              vector: dict[str, int] | None = None, recorded: int | None = None, kafka_round: int | None = None,
+              phase: str = "forward") -> int:
+    """One MV commit (an overwrite with a row naming its epochs) by `phase`; the MV's new version.
 
     `watermark`: an MV over one upstream; `vector`: a join (the app transaction is the
     sum); `kafka_round` with `recorded`: a Kafka MV (app transaction = round, the source
     table version in `airflow_backfill.watermark`, None while splits are not Finished).
     """
-    metadata: dict[str, str | None] = {"airflow_backfill.phase": "forward"}
+    metadata: dict[str, str | None] = {"airflow_backfill.phase": phase}
     if kafka_round is not None:
         txn = kafka_round
         metadata["airflow_backfill.watermark"] = None if recorded is None else recorded

@@ -40,6 +40,43 @@ class Lag:
         return max(0, self.upstream_version - self.watermark)
 
 
+WATCHED_PHASES = frozenset({"forward"})
+"""The phases whose commits the MV's watcher reports: a forward (the shared one or one MV's
+task) commits for as long as it lives, and no task end reports its commits; the snapshot
+and catch-up tasks report theirs when they end, and the MV is being created until then."""
+FIRST_SCAN_DEPTH = 1000
+"""Commits read back from the newest at a watcher's first read, to find the newest commit
+that set the watermark (maintenance commits carry none)."""
+MAX_SCAN = 10_000
+"""Commits read at most in one scan; a scan after a long pause reads the newest ones."""
+
+
+@dataclass(frozen=True)
+class WatermarkCommit:
+    """One MV commit that moved the watermark."""
+
+    version: int
+    watermark: int
+    phase: str | None
+    committed_at: int | None
+    """When it was committed (its commitInfo timestamp, ms since the epoch)."""
+
+
+@dataclass(frozen=True)
+class CommitScan:
+    """What one read of the MV's log found after a known version."""
+
+    newest: int
+    """The MV's newest version read: where the next scan starts."""
+    watermark: int | None
+    """The MV's watermark as of `newest` (None: the MV is being created)."""
+    moved: tuple[WatermarkCommit, ...]
+    """The commits of `WATCHED_PHASES` that moved the watermark, oldest first."""
+    restarted: bool = False
+    """The scan started over from the newest version (a first scan, or the known version's
+    log entry is gone: the table was recreated): `moved` holds the newest such commit only."""
+
+
 class DeltaBackfillHook(BaseHook):
     """Delta-log reads for one job's upstream (or a join's upstreams) and MV.
 
@@ -136,16 +173,23 @@ class DeltaBackfillHook(BaseHook):
 
         return read_watermark(self.target, self.app_id)
 
-    def watermarks(self) -> dict[str, int] | None:
-        """The version of each upstream the MV reflects, by name; None before the snapshot.
-        A join's vector is read from its latest commit and checked against the watermark."""
+    def watermarks(self, up_to: int | None = None) -> dict[str, int] | None:
+        """The version of each upstream the MV reflects (as of its version `up_to`, else its
+        latest), by name; None before the snapshot. A join's vector is read from its newest
+        commit that carries one and checked against the watermark."""
         if not self.is_join:
-            watermark = self.watermark()
+            watermark = self.watermark() if up_to is None else self._watermark_at(up_to)
             return None if watermark is None else {"source": watermark}
         from airflow_backfill.engine.joins.watermarks import table_vector
 
         self.register_storage()
-        return table_vector(self.target, self.app_id, list(self.upstreams))
+        return table_vector(self.target, self.app_id, list(self.upstreams), up_to=up_to)
+
+    def _watermark_at(self, version: int) -> int | None:
+        from airflow_backfill.engine.delta.log import table_at
+
+        self.register_storage()
+        return table_at(self.target, version).transaction_version(self.app_id)
 
     def feed_readers(self) -> list[str] | None:
         """The readers that read the MV's change feed exactly, from its table property
@@ -154,6 +198,79 @@ class DeltaBackfillHook(BaseHook):
 
         self.register_storage()
         return recorded_feed_readers(self.target)
+
+    def watermark_commits(self, after: int | None, watermark: int | None = None) -> CommitScan | None:
+        """The commits after MV version `after` that moved the watermark (above `watermark`,
+        the one `after` records when None); None while the MV does not exist. Each poll
+        asks whether the next commit file exists (a listing of a log that grows by a commit
+        a second would cost more every poll) and reads only the new log entries."""
+        from airflow_backfill.engine.consistency.history import read_commit
+        from airflow_backfill.engine.delta.log import table_exists
+        from airflow_backfill.engine.delta.log_state import commit_file
+        from airflow_backfill.storage import files
+
+        self.register_storage()
+        if not table_exists(self.target):
+            return None
+        if after is None or not files.exists(commit_file(self.target, after)):
+            return self._newest_watermark_commit()
+        if watermark is None:
+            known = read_commit(self.target, after, self.app_id)
+            watermark = None if known is None else known.txn
+        newest = after
+        while files.exists(commit_file(self.target, newest + 1)):
+            newest += 1
+        moved: list[WatermarkCommit] = []
+        for version in range(max(after + 1, newest - MAX_SCAN + 1), newest + 1):
+            commit = read_commit(self.target, version, self.app_id)
+            if commit is None or commit.txn is None or (watermark is not None and commit.txn <= watermark):
+                continue
+            watermark = commit.txn
+            if commit.metadata.get("phase") in WATCHED_PHASES:
+                moved.append(self._watermark_commit(version, commit.txn, commit.metadata))
+        return CommitScan(newest, watermark, tuple(moved))
+
+    def commit_of(self, watermark: int) -> int | None:
+        """The MV version whose commit set `watermark`, searched back from the newest: what
+        a phase's event names, even when another writer (the shared forward) committed
+        after the phase read its watermark. None when the newest commits do not tell."""
+        from airflow_backfill.engine.consistency.history import read_commit
+        from airflow_backfill.engine.delta.log import latest_version, table_exists
+
+        self.register_storage()
+        if not table_exists(self.target):
+            return None
+        newest = latest_version(self.target)
+        for version in range(newest, max(-1, newest - FIRST_SCAN_DEPTH), -1):
+            commit = read_commit(self.target, version, self.app_id)
+            if commit is None or (commit.txn is not None and commit.txn < watermark):
+                return None
+            if commit.txn == watermark:
+                return version
+        return None
+
+    def _newest_watermark_commit(self) -> CommitScan:
+        """A scan from the newest version back to the newest commit that set the watermark."""
+        from airflow_backfill.engine.consistency.history import read_commit
+        from airflow_backfill.engine.delta.log import latest_version
+
+        newest = latest_version(self.target)
+        for version in range(newest, max(-1, newest - FIRST_SCAN_DEPTH), -1):
+            commit = read_commit(self.target, version, self.app_id)
+            if commit is None:
+                break  # older entries are gone too
+            if commit.txn is not None:
+                watched = commit.metadata.get("phase") in WATCHED_PHASES
+                moved = (self._watermark_commit(version, commit.txn, commit.metadata),) if watched else ()
+                return CommitScan(newest, commit.txn, moved, restarted=True)
+        return CommitScan(newest, self._watermark_at(newest), (), restarted=True)
+
+    def _watermark_commit(self, version: int, watermark: int, metadata: Mapping[str, object]) -> WatermarkCommit:
+        from airflow_backfill.engine.delta.log import commit_timestamp
+
+        phase = metadata.get("phase")
+        return WatermarkCommit(version, watermark, phase if isinstance(phase, str) else None,
+                               commit_timestamp(self.target, version))
 
     def lag(self, reference_version: int | None = None) -> Lag:
         """The lag against `reference_version`, or against the upstream's latest version

@@ -178,39 +178,17 @@ class _PhaseOperator(SerializesJob, SparkSubmitOperator):
 
     def annotate_asset_events(self, context: Any, job: BackfillJob, watermark: int | None) -> None:
         """Put the watermark in the `extra` of each asset event this task emits, so a DAG
-        scheduled on the MV knows which upstream epoch the MV reflects."""
+        scheduled on the MV knows which upstream epoch the MV reflects (the fields of
+        `asset_events.event_extra`, which the MV's watcher sends too)."""
         outlet_events = context.get("outlet_events")
         if outlet_events is None:
             return
-        extra: dict[str, Any] = {
-            "airflow_backfill.job": job.name, "airflow_backfill.phase": self.phase,
-            "airflow_backfill.watermark": watermark, "airflow_backfill.source": job_source(job),
-        }
-        if job.is_join:
-            extra["airflow_backfill.watermarks"] = DeltaBackfillHook.for_job(job).watermarks()
-        extra.update(self.upstream_epochs(job))
-        extra["airflow_backfill.feed_readers"] = DeltaBackfillHook.for_job(job).feed_readers()
+        from airflow_backfill.asset_events import event_extra
+
+        extra = event_extra(DeltaBackfillHook.for_job(job), job=job.name, phase=self.phase, watermark=watermark)
         for outlet in self.outlets:
             if isinstance(outlet, Asset):
                 outlet_events[outlet].extra = dict(extra)
-
-    def upstream_epochs(self, job: BackfillJob) -> dict[str, Any]:
-        """The MV's latest version and the version of each base upstream it reflects, mapped
-        through MV-on-MV chains (`airflow_backfill.mv_version`, `.upstream_epochs`): what a
-        downstream DAG needs to read several MVs at one epoch (docs/consistent-reads.md).
-        Left out, with a warning, when the logs cannot tell: the commit stands either way."""
-        from airflow_backfill.engine.consistency.policies import current_epochs
-        from airflow_backfill.engine.consistency.tables import spec_for_job
-        from airflow_backfill.exceptions import BackfillError
-
-        try:
-            current = current_epochs(spec_for_job(job))
-        except (BackfillError, OSError) as error:
-            self.log.warning("the asset event carries no upstream epochs: %s", error)
-            return {}
-        if current is None:
-            return {}
-        return {"airflow_backfill.mv_version": current[0], "airflow_backfill.upstream_epochs": current[1]}
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         """Extra XCom a phase publishes once its commit is read back."""
@@ -292,24 +270,6 @@ class LogStoreCatchUpOperator(_PhaseOperator):
 
     def choose_jit(self, job: BackfillJob) -> None:
         choose_driver_jit(self, job, self.driver_jit)
-
-    def upstream_epochs(self, job: BackfillJob) -> dict[str, Any]:
-        """The MV's latest version and the version of each base upstream it reflects, mapped
-        through MV-on-MV chains (`airflow_backfill.mv_version`, `.upstream_epochs`): what a
-        downstream DAG needs to read several MVs at one epoch (docs/consistent-reads.md).
-        Left out, with a warning, when the logs cannot tell: the commit stands either way."""
-        from airflow_backfill.engine.consistency.policies import current_epochs
-        from airflow_backfill.engine.consistency.tables import spec_for_job
-        from airflow_backfill.exceptions import BackfillError
-
-        try:
-            current = current_epochs(spec_for_job(job))
-        except (BackfillError, OSError) as error:
-            self.log.warning("the asset event carries no upstream epochs: %s", error)
-            return {}
-        if current is None:
-            return {}
-        return {"airflow_backfill.mv_version": current[0], "airflow_backfill.upstream_epochs": current[1]}
 
     def after_commit(self, context: Any, watermark: int | None) -> None:
         from airflow_backfill.engine.job_state import read_state

@@ -198,3 +198,69 @@ def test_the_shared_forward_refuses_bad_settings_where_they_enter(tmp_path, fiel
 
     with pytest.raises(BackfillConfigError, match=field):
         SharedForwardOperator(task_id="forward", folder=str(tmp_path), **{field: value})
+
+
+CONSUMER_FILE = """
+import pendulum
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.empty import EmptyOperator
+
+from airflow_backfill.folder_dags import folder_mv_asset
+
+with DAG("orders_consumer", schedule=[folder_mv_asset("../jobs", "orders_mv")],
+         start_date=pendulum.datetime(2026, 1, 1)):
+    EmptyOperator(task_id="read")
+"""
+
+
+def test_every_mv_asset_carries_the_mvs_watcher_wherever_airflow_collects_it(tmp_path, elsewhere):
+    """Airflow runs an asset's watchers while an unpaused DAG is scheduled on it, taking them
+    from each DAG file that names the asset, the last mention in a file winning: every
+    mention, the folder's inlets of a job over the MV included, must carry the same
+    watcher as a consumer's schedule on the MV, or each parse would swap them."""
+    from airflow.dag_processing.collection import AssetModelOperation
+    from airflow.triggers.base import BaseEventTrigger
+
+    root = make_folder(tmp_path, {"orders_mv.yaml": job_file("orders_mv", "lake/orders"),
+                                  "orders_big.yaml": job_file("orders_big", "lake/orders_mv")})
+    (root / "dags" / "consumer.py").write_text(CONSUMER_FILE)
+    bag = bag_of(root)
+    assert bag.import_errors == {}
+    lake = (root / "jobs" / "lake").resolve()
+    kwargs = {"job": "orders_mv", "source": str(lake / "orders"), "target": str(lake / "orders_mv"),
+              "app_id": "airflow_backfill/orders_mv", "poll_interval": 2.0, "min_interval": 10.0,
+              "aws_conn_id": None}
+    uri = f"file://{lake / 'orders_mv'}"
+    mentions = [asset for dag in bag.dags.values() for task in dag.tasks for asset in (*task.inlets, *task.outlets)
+                if asset.name == uri]
+    mentions += list(bag.dags["orders_consumer"].timetable.asset_condition.objects)
+    assert {type(asset).__name__ for asset in mentions} == {"Asset"}
+    tasks = {(dag.dag_id, task.task_id) for dag in bag.dags.values() for task in dag.tasks
+             if any(asset.name == uri for asset in (*task.inlets, *task.outlets))}
+    assert {("orders_mv", "orders_mv.snapshot"), ("orders_big", "orders_big.snapshot")} <= tasks
+    for asset in mentions:
+        (watcher,) = asset.watchers
+        assert watcher.trigger.serialize() == ("airflow_backfill.triggers.mv_commits.MvCommitsTrigger", kwargs)
+    # What the DAG processor registers from the folder's file: the same trigger (by the hash
+    # Airflow compares), so the consumer's file and the folder's agree.
+    parsed = parse_as_the_dag_processor(root)
+    collected = AssetModelOperation.collect({dag.dag_id: dag for dag in parsed.serialized_dags}).assets
+    (registered,) = collected[(uri, uri)].watchers
+    classpath, _ = watcher.trigger.serialize()
+    assert registered.name == "orders_mv_commits"
+    assert BaseEventTrigger.hash(registered.trigger["classpath"], registered.trigger["kwargs"]) == \
+        BaseEventTrigger.hash(classpath, kwargs)
+    # The phases' upstream stays a plain asset: a base table has no watcher.
+    assert bag.dags["orders_mv"].get_task("orders_mv.snapshot").inlets[0].watchers == []
+
+
+def test_a_consumer_names_a_folder_mv_by_its_job_name(tmp_path, elsewhere):
+    from airflow_backfill.exceptions import BackfillConfigError
+    from airflow_backfill.folder_dags import folder_mv_asset
+
+    root = make_folder(tmp_path, {"orders_mv.yaml": job_file("orders_mv", "lake/orders")})
+    uri = f"file://{(root / 'jobs' / 'lake' / 'orders_mv').resolve()}"
+    asset = folder_mv_asset(root / "jobs", "orders_mv")
+    assert (asset.name, asset.uri) == (uri, uri) and len(asset.watchers) == 1
+    with pytest.raises(BackfillConfigError, match="has no Delta job named 'orders' .its Delta jobs: orders_mv."):
+        folder_mv_asset(root / "jobs", "orders")

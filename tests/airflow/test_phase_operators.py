@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from conftest import context_with
+from conftest import commit_upstream_versions, context_with
 from deltalake import write_deltalake
 from helpers_delta import write_mv_version
 from size_overrides import set_sizes
@@ -212,6 +212,34 @@ def test_asset_events_carry_the_mv_version_and_the_upstream_epochs_through_a_cha
     assert extra["airflow_backfill.watermark"] == 7
     assert extra["airflow_backfill.mv_version"] == 0
     assert extra["airflow_backfill.upstream_epochs"] == {base: 5}
+
+
+def test_an_event_names_the_mv_version_that_holds_its_watermark_when_another_commit_followed(
+        job, submitted, monkeypatch):
+    """The shared forward may commit between the phase's end and its event: the event keeps
+    the phase's watermark and names the version that committed it, not the newest one."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from airflow_backfill.hooks.delta import DeltaBackfillHook
+    from airflow_backfill.task_group import mv_asset
+
+    read = DeltaBackfillHook.watermark
+
+    def read_then_forward_commits(hook):
+        watermark = read(hook)
+        if watermark == 7:  # the phase's commit read back (the JIT choice reads before it)
+            write_mv_version(job.target, MV_ROWS, job.app_id, watermark=9)  # the shared forward's round
+        return watermark
+
+    monkeypatch.setattr(DeltaBackfillHook, "watermark", read_then_forward_commits)
+    commit_upstream_versions(job.source, 10)
+    context = context_with()
+    context["outlet_events"] = defaultdict(SimpleNamespace)
+    asset = mv_asset(job)
+    LogStoreCatchUpOperator(task_id="catch_up", job=job, outlets=[asset]).execute(context)
+    extra = context["outlet_events"][asset].extra
+    assert (extra["airflow_backfill.watermark"], extra["airflow_backfill.mv_version"]) == (7, 0)
 
 
 def test_verify_submits_its_entry_point_and_pushes_only_its_progress_link(job, submitted):

@@ -128,6 +128,13 @@ def current_epochs(spec: TableSpec) -> tuple[int, Epochs] | None:
     return None if epochs is None else (table.latest, epochs)
 
 
+def epochs_at(spec: TableSpec, version: int) -> Epochs | None:
+    """The base epochs version `version` of the table reflects; None when it reflects none.
+    An asset event for an MV commit names that commit's epochs, not those of a commit the
+    MV made since."""
+    return _histories([spec])[spec.uri].epochs_at(version)
+
+
 def _refuse_repeated(specs: Sequence[TableSpec]) -> None:
     for index, spec in enumerate(specs):
         for earlier in specs[:index]:
