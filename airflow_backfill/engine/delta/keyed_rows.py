@@ -108,6 +108,35 @@ def find_rows(state: TableState, key_columns: Sequence[str], keys: pa.Table, col
     return FoundRows(table, touched, scanned, state.version)
 
 
+def rows_at(found: FoundRows, columns: Sequence[str]) -> pa.Table | None:
+    """`columns` of the rows `found` points at (its `__file` and `__position`), read from
+    the row groups holding them; None when a file lacks a column. Why apart from
+    `find_rows`: a caller that has the rows' old images from elsewhere (a stateless MV's
+    query over the feed's first images) needs only where they are, and reading every
+    column of every touched row group costs what those groups hold."""
+    parts = []
+    for index, live in enumerate(found.files):
+        mine = found.rows.filter(pc.equal(found.rows.column(FILE), index))
+        positions = np.sort(mine.column(POSITION).to_numpy())
+        with files.parquet_file(live.uri) as parquet:
+            if any(column not in parquet.schema_arrow.names for column in columns):
+                return None
+            start = 0
+            for group in range(parquet.num_row_groups):
+                end = start + parquet.metadata.row_group(group).num_rows
+                inside = positions[(positions >= start) & (positions < end)]
+                if len(inside):
+                    rows = _plain(parquet.read_row_group(group, columns=list(columns)))
+                    parts.append(rows.take(pa.array(inside - start)))
+                start = end
+    if not parts:
+        return None if found.rows.num_rows else pa.table({})
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+
+
 def _empty(state: TableState, wanted: list[str]) -> pa.Table:
     from pyspark.sql.types import StructType
 

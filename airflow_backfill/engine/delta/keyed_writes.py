@@ -69,7 +69,7 @@ from airflow_backfill.engine.delta.key_range import (
     table_key_max,
     within_bounds,
 )
-from airflow_backfill.engine.delta.keyed_rows import FILE, POSITION, FoundRows, find_rows
+from airflow_backfill.engine.delta.keyed_rows import FILE, POSITION, FoundRows, find_rows, rows_at
 from airflow_backfill.engine.delta.listed_files import listed_rows, read_table
 from airflow_backfill.engine.delta.log import DELETION_VECTORS_PROPERTY, load_table, spark_schema
 from airflow_backfill.engine.delta.log_state import table_state
@@ -122,8 +122,12 @@ class PreparedChanges:
     table_rows: TableRows | None = None
     """The table's rows, when the caller read them already (used at `table_version` only)."""
     located: FoundRows | None = None
-    """The table's live rows of the changed keys with their files and positions, when the
-    driver found them (`keyed_rows`): what a patch deletes and feeds as old images."""
+    """The table's live rows of the changed keys (their key columns) with their files and
+    positions, when the driver found them (`keyed_rows`): what a patch deletes."""
+    old_rows: pa.Table | None = None
+    """The table's rows of (at least) the changed keys before the changes, in its columns,
+    when the caller knows them (a stateless MV's query over the rows before the range):
+    a patch's change file then takes its old images from them, not from the table's files."""
 
     @property
     def arrived(self) -> bool:
@@ -139,7 +143,8 @@ class PreparedChanges:
 
 
 def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str], *, null_safe: bool,
-            table_rows: TableRows | None = None, located: FoundRows | None = None) -> PreparedChanges:
+            table_rows: TableRows | None = None, located: FoundRows | None = None,
+            old_rows: pa.Table | None = None) -> PreparedChanges:
     """Hold `changes` in memory, conformed to the table at `uri`, and read its facts.
     `table_rows`: the table's rows the caller read (`table_rows_in_driver`), which an
     overwrite the driver writes then does not read again. `located`: the table's rows of
@@ -168,7 +173,7 @@ def prepare(spark: SparkSession, uri: str, changes: DataFrame, key: Sequence[str
     facts = TableFacts(rows=total, touched_rows=touched, new_keys_only=new_keys_only,
                        patched_files=None if located is None else len(located.files))
     return PreparedChanges(uri, frame, tuple(key), null_safe, leading, changed, table_max, facts, version, target,
-                           table_rows, located)
+                           table_rows, located, old_rows)
 
 
 def locate_keys(uri: str, version: int, schema: StructType, changes: pa.Table, key: Sequence[str],
@@ -196,7 +201,7 @@ def locate_keys(uri: str, version: int, schema: StructType, changes: pa.Table, k
                         names=columns)
     except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    found = find_rows(state, columns, keys, list(schema.names), null_safe=null_safe)
+    found = find_rows(state, columns, keys, null_safe=null_safe)
     if found is not None and not all(fits(live) for live in found.files):
         return None
     return found
@@ -289,23 +294,48 @@ def _patch(spark: SparkSession, prepared: PreparedChanges, *, app_id: str, versi
         target = arrow_schema_of(prepared.schema)
         old = located.rows.filter(contains(located.rows, key, changes, key))
         new = changes.filter(pc.is_valid(changes.column(PRESENT))).select(target.names).cast(target)
-        old_rows = old.select(target.names).cast(target)
-        same = same_rows(old_rows, new, key)
+        old_rows = _old_images(prepared, old, key) if fed else None
+        if fed and old_rows is None:
+            return False
+        if old_rows is not None:
+            old_rows = old_rows.select(target.names).cast(target)
+        same = None if old_rows is None else same_rows(old_rows, new, key)
     except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         log.info("patch of %s left to Delta: %s", prepared.uri, error)
         return False
-    if same is not None:  # keys whose row did not change: nothing to write for them
+    if same is not None and old_rows is not None:  # keys whose row did not change: nothing to write for them
         unchanged = old_rows.filter(same).select(key)
-        kept_old = pc.invert(contains(old_rows, key, unchanged, key))
-        old, old_rows = old.filter(kept_old), old_rows.filter(kept_old)
+        old = old.filter(pc.invert(contains(old, key, unchanged, key)))
+        old_rows = old_rows.filter(pc.invert(contains(old_rows, key, unchanged, key)))
         new = new.filter(pc.invert(contains(new, key, unchanged, key)))
     marked = marked_files(located.files, old.column(FILE).to_numpy(), old.column(POSITION).to_numpy())
-    feed = overwrite_change_rows(old_rows, new, key) if fed else None
+    feed = overwrite_change_rows(old_rows, new, key) if old_rows is not None else None
     written = patch_with_watermark(
         spark, prepared.uri, read_version=prepared.table_version, marked=marked,
         rows=new.sort_by([(column, "ascending") for column in key]), changes=feed, app_id=app_id, version=version,
         user_metadata=user_metadata, predicate=f"{old.num_rows} rows replaced by {new.num_rows}")
     return written is not None
+
+
+def _old_images(prepared: PreparedChanges, old: pa.Table, key: list[str]) -> pa.Table | None:
+    """The old rows of the located keys `old`: the caller's (`old_rows`), else read from
+    the table's files where they are (`rows_at`). A table whose feed nobody reads (an
+    aggregate's state) needs none: the patch then writes no change file."""
+    names = list(prepared.schema.names)
+    if prepared.old_rows is not None:
+        given = {name.lower(): name for name in prepared.old_rows.column_names}
+        if all(name.lower() in given for name in names):
+            rows = prepared.old_rows.select([given[name.lower()] for name in names]).rename_columns(names)
+            mine = rows.filter(contains(rows, key, old, key))
+            if mine.num_rows == old.num_rows:
+                return mine
+    if prepared.located is None:
+        return None
+    return rows_at(_with_rows(prepared.located, old), names)
+
+
+def _with_rows(found: FoundRows, rows: pa.Table) -> FoundRows:
+    return FoundRows(rows, found.files, found.scanned, found.version)
 
 
 def _merge(spark: SparkSession, prepared: PreparedChanges, *, app_id: str, version: int, user_metadata: str) -> None:

@@ -52,7 +52,7 @@ from airflow_backfill.engine.delta.driver_rows import held_or_cached
 from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
-from airflow_backfill.engine.joins.driver_keyed import keyed_changes_in_driver
+from airflow_backfill.engine.joins.driver_keyed import keyed_and_old_in_driver, keyed_changes_in_driver
 from airflow_backfill.engine.joins.recompute import recompute_join
 from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri
 from airflow_backfill.engine.joins.watermarks import (
@@ -77,6 +77,7 @@ from airflow_backfill.engine.rounds.plan_choice import (
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -169,8 +170,9 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
     try:
         # Holding the changes evaluates them: a repeated key fails here, before any write.
         # Few keyed changes are held by the driver: the write's plans then run no job.
-        keyed = held_or_cached(keyed_changes(spark, plan, signed, leaving))
-        prepared = prepare(spark, job.target, keyed, plan.mv_key, null_safe=plan.null_safe_key)
+        changes, old_rows = keyed_changes_and_old_rows(spark, plan, signed, leaving)
+        keyed = held_or_cached(changes)
+        prepared = prepare(spark, job.target, keyed, plan.mv_key, null_safe=plan.null_safe_key, old_rows=old_rows)
         keys = prepared.changed.rows or 0
         if not keys:
             chosen = RoundPlan(WATERMARK_ONLY, {}, "the epochs changed no MV row")
@@ -205,6 +207,17 @@ def _write_stateless(spark: SparkSession, job: BackfillJob, plan: JoinPlan, sign
             prepared.release()
         if keyed is not None:
             keyed.unpersist()
+
+
+def keyed_changes_and_old_rows(spark: SparkSession, plan: JoinPlan, signed: DataFrame,
+                               leaving: DataFrame | None = None) -> tuple[DataFrame, pa.Table | None]:
+    """`keyed_changes`, and when the driver worked them out, the MV rows they replace or
+    delete (each changed key's old row: a patch's old images, read from no file)."""
+    mapped = apply_query(spark, signed, signed_query(plan.flat.query))
+    held = keyed_and_old_in_driver(mapped, leaving, plan.mv_key)
+    if held is not None:
+        return held
+    return keyed_changes(spark, plan, signed, leaving), None
 
 
 def keyed_changes(spark: SparkSession, plan: JoinPlan, signed: DataFrame, leaving: DataFrame | None = None) -> DataFrame:

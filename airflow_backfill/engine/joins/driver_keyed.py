@@ -39,6 +39,14 @@ def keyed_changes_in_driver(mapped: DataFrame, leaving: DataFrame | None, mv_key
     """`keyed_changes` of the signed MV rows `mapped` (the flat query's output plus
     `__sign`) and the MV rows that leave (`leaving`, signed -1), as a local relation; None
     when the driver does not hold them all or Arrow would not count them as Spark does."""
+    found = keyed_and_old_in_driver(mapped, leaving, mv_key)
+    return None if found is None else found[0]
+
+
+def keyed_and_old_in_driver(mapped: DataFrame, leaving: DataFrame | None,
+                            mv_key: tuple[str, ...]) -> tuple[DataFrame, pa.Table] | None:
+    """`keyed_changes_in_driver`, with the MV rows the changes replace or delete: the rows
+    counted -1 (each changed key's old row), the old images a patch's change file holds."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.types import BooleanType, StructField, StructType
@@ -71,7 +79,9 @@ def keyed_changes_in_driver(mapped: DataFrame, leaving: DataFrame | None, mv_key
     rows = pa.concat_tables([arriving.select(columns), leaving_keys.select(columns)]).append_column(PRESENT, present)
     fields = {field.name: field for field in mapped.schema.fields}
     schema = StructType([*(fields[name] for name in columns), StructField(PRESENT, BooleanType(), True)])
-    return local_relation(mapped.sparkSession, rows, schema)
+    local = local_relation(mapped.sparkSession, rows, schema)
+    old = counted.filter(pc.less(counted[_COUNT], 0)).select(columns)
+    return None if local is None else (local, old)
 
 
 def _countable(schema: object, columns: list[str], mv_key: tuple[str, ...]) -> bool:

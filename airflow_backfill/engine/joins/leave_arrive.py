@@ -34,7 +34,9 @@ import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine.aggregates.state import read_state
+import numpy as np
+
+from airflow_backfill.engine.aggregates.state import read_state, state_rows_found, state_uri
 from airflow_backfill.engine.delta.driver_rows import (
     HeldRows,
     arrow_of,
@@ -47,7 +49,10 @@ from airflow_backfill.engine.delta.driver_rows import (
     select_columns,
 )
 from airflow_backfill.engine.delta.key_range import boundable, table_rows
+from airflow_backfill.engine.delta.keyed_rows import FILE, POSITION, find_rows
 from airflow_backfill.engine.delta.listed_files import read_table
+from airflow_backfill.engine.delta.log import load_table, spark_schema
+from airflow_backfill.engine.delta.log_state import table_state
 from airflow_backfill.engine.joins.delta_rule import JoinChanges, netted_changes, no_rows
 from airflow_backfill.engine.joins.relation import Reader, edge, first_hop_columns, walk
 from airflow_backfill.engine.planning.aggregate_sql import key_columns, quote, state_value_columns
@@ -301,6 +306,9 @@ def _leaving_mv_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost
     version the last round committed then needs no state rebuilt for the scan."""
     from pyspark.sql import functions as F
 
+    found = _holding_found(spark, job.target, plan, lost, mv_keys)
+    if found is not None:  # looked up by the driver: a cost that follows the lost keys
+        return found.select(*(quote(c) for c in found.columns), F.lit(-1).alias(SIGN))
     held = held_table(spark, job.target)  # a small MV: its leaving rows are picked by the driver
     mv = read_table(spark, job.target) if held is None else held
     return _holding(plan, mv, lost, mv_keys).select(*(quote(c) for c in mv.columns), F.lit(-1).alias(SIGN))
@@ -313,8 +321,48 @@ def _leaving_groups(spark: SparkSession, job: BackfillJob, plan: JoinPlan, lost:
     holds that lost row, so the whole group leaves. A small state is read by the driver."""
     assert plan.flat.aggregate is not None
     aggregate = plan.flat.aggregate
-    state = read_state(spark, job, [*key_columns(aggregate), *state_value_columns(aggregate)], held=True)
-    return _holding(plan, state, lost, state_keys)
+    columns = [*key_columns(aggregate), *state_value_columns(aggregate)]
+    state = read_state(spark, job, columns, held=not state_rows_found(job))
+    found = _holding_found(spark, state_uri(job.target), plan, lost, state_keys)
+    return found.select(*(quote(c) for c in columns)) if found is not None else _holding(plan, state, lost, state_keys)
+
+
+def _holding_found(spark: SparkSession, uri: str, plan: JoinPlan, lost: Mapping[int, DataFrame],
+                   key_columns_of: Mapping[int, tuple[str, ...]]) -> DataFrame | None:
+    """`_holding` of the table at `uri` (an MV or a state) looked up by the driver: for each
+    lost table, the rows whose `key_columns_of` equal a lost key, found in the files their
+    statistics meet (`keyed_rows`, deletion vectors applied), as one local relation; None
+    when the driver does not hold every lost key or does not find the rows."""
+    import pyarrow as pa
+
+    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
+
+    state = table_state(uri)
+    if state is None:
+        return None
+    schema = spark_schema(load_table(uri))
+    found_parts = []
+    for index, rows in lost.items():
+        keys = _held_keys(plan, index, rows)
+        if keys is None:
+            return None
+        columns = list(key_columns_of[index])
+        found = find_rows(state, columns, keys.table.rename_columns(columns), list(schema.names))
+        if found is None:
+            return None
+        found_parts.append(found.rows)
+    try:
+        target = arrow_schema_of(schema)
+        every = pa.concat_tables(found_parts, promote_options="permissive") if found_parts else target.empty_table()
+        if len(found_parts) > 1:  # a row holding lost keys of two tables is taken once
+            numbered = every.append_column(_ROW_NUMBER, pa.array(np.arange(every.num_rows, dtype=np.int64)))
+            first = numbered.group_by([FILE, POSITION], use_threads=False).aggregate([(_ROW_NUMBER, "min")])
+            every = every.take(np.sort(first.column(f"{_ROW_NUMBER}_min").to_numpy()))
+        rows = every.select(list(schema.names)).cast(target)
+    except (KeyError, TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        log.info("rows of %s holding lost keys left to Spark: %s", uri, error)
+        return None
+    return local_relation(spark, rows, schema)
 
 
 def _holding(plan: JoinPlan, table: DataFrame, lost: Mapping[int, DataFrame],

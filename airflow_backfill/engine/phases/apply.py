@@ -291,8 +291,9 @@ def _apply_stateless(
         in_driver = None if held is None else changes_in_driver(
             spark, held.table, feed.schema, plan, refuse_repeated_keys=job.verify_primary_key,
             keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0, held_mv=held_mv)
+        old_rows = None
         if in_driver is not None:  # netted and mapped by the driver: no Spark job
-            net, keyed = in_driver.net, in_driver.keyed
+            net, keyed, old_rows = in_driver.net, in_driver.keyed, in_driver.old_rows
         else:
             net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
                               keep_first_image=plan.filters_rows)
@@ -305,7 +306,7 @@ def _apply_stateless(
             keyed = held_in_driver(keyed, max(change_rows, sizes().driver_rows)) or keyed  # change row): held by the driver
         prepared = prepare(spark, job.target, keyed, plan.mv_key,
                            null_safe=any(keyed.schema[column].nullable for column in plan.mv_key),
-                           table_rows=mv_rows, located=located)
+                           table_rows=mv_rows, located=located, old_rows=old_rows)
         try:
             if ask_upstream and prepared.arrived:  # prepare counted the keyed changes' arrivals
                 refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)

@@ -48,6 +48,10 @@ class DriverChanges:
     """As `net_changes` gives it, as a local relation."""
     keyed: DataFrame
     """As `mv_changes` gives it, as a local relation."""
+    old_rows: pa.Table | None = None
+    """The MV's rows of the changed keys before the range: the query over each key's row
+    before it (the MV is exact at its watermark, so these are its rows); what a patch's
+    change file holds as old images, without reading them from the MV's files."""
 
 
 def changes_in_driver(
@@ -94,10 +98,11 @@ def changes_in_driver(
     kept = present
     if flagged:
         kept = pc.or_(kept, netted.column(ARRIVED))
+    before = _rows_before(spark, netted, plan, upstream)
     if keep_first_image:
         held = _keys_of(held_mv, keys, plan) if held_mv is not None else None
-        if held is None:
-            held = _held_before(spark, netted, plan, upstream)
+        if held is None and before is not None:
+            held = before.select(list(plan.mv_key))
         if held is None:
             return None
         try:
@@ -114,7 +119,7 @@ def changes_in_driver(
         for field in new_schema.fields
     ] + [StructField(PRESENT, BooleanType())] + ([StructField(ARRIVED, BooleanType())] if flagged else []))
     keyed = local_relation(spark, keyed_rows.select(keyed_schema.names), keyed_schema)
-    return None if keyed is None else DriverChanges(net, keyed)
+    return None if keyed is None else DriverChanges(net, keyed, before)
 
 
 def _keyed_rows(keys: pa.Table, new_rows: pa.Table, found: pa.Array, present: pa.Array, netted: pa.Table,
@@ -142,15 +147,17 @@ def _keys_of(mv: pa.Table, keys: pa.Table, plan: QueryPlan) -> pa.Table | None:
     return mv.select(spelled).rename_columns(list(plan.mv_key))
 
 
-def _held_before(spark: SparkSession, netted: pa.Table, plan: QueryPlan, upstream: StructType) -> pa.Table | None:
-    """The MV keys the rows before the range gave (the query over each key's row before
+def _rows_before(spark: SparkSession, netted: pa.Table, plan: QueryPlan, upstream: StructType) -> pa.Table | None:
+    """The MV rows the rows before the range gave (the query over each key's row before
     it, for the keys that had one)."""
+    if BEFORE not in netted.column_names:
+        return None
     earlier = netted.filter(netted.column(HELD_BEFORE)).column(BEFORE).combine_chunks()
     rows = pa.Table.from_struct_array(earlier) if len(earlier) else pa.table(
         {field.name: pa.array([], field.type) for field in earlier.type})
     before = local_relation(spark, rows.select(upstream.names), upstream)
     result = None if before is None else _query_rows(spark, before, plan, upstream)
-    return None if result is None else result[0].select(list(plan.mv_key))
+    return None if result is None else result[0]
 
 
 def _query_rows(spark: SparkSession, rows: DataFrame, plan: QueryPlan,
