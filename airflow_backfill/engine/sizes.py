@@ -86,6 +86,10 @@ class Sizes:
     scan_rows: int = 20_000_000
     """The most rows whose key column a driver lookup reads after the statistics' pruning
     (20 M integers take about 0.8 s); beyond, Spark's scan on all cores."""
+    key_cache_bytes: int = 256 << 20
+    """The most bytes of data files' key columns a process keeps for its lookups (files
+    never change once written), the least recently used dropped first: 4 upstreams of 2 M
+    integer keys hold 64 MiB of them."""
 
     # ---- proofs of a unique key ----------------------------------------------------------
     key_check_rows: int = 200_000
@@ -127,7 +131,7 @@ SPARK_EVERYWHERE = replace(
     Sizes(), driver_rows=0, held_table_rows=0, held_table_bytes=0, driver_join_rows=0, deferred_bytes=0,
     feed_rows=0, feed_bytes=0, join_feed_rows=0, key_feed_rows=0, key_feed_bytes=0, range_files=0,
     listed_feed_rows=0, listed_feed_bytes=0, literal_keys=0, lookup_keys=0, lookup_rows=0, scan_rows=0,
-    key_check_rows=0, key_runs=0, key_bitmap_bits=0, listed_files=0, small_join_rows=0,
+    key_check_rows=0, key_runs=0, key_bitmap_bits=0, listed_files=0, small_join_rows=0, key_cache_bytes=0,
 )
 """Every driver path off: each round is Spark's and Delta's own, end to end."""
 

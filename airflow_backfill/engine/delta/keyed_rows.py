@@ -25,6 +25,8 @@ import datetime
 import decimal
 import json
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -229,7 +231,7 @@ def _file_rows(table_uri: str, live: LiveFile, key_columns: Sequence[str], keys:
                         continue
                 except TypeError:
                     pass  # statistics of another Python type: read the group
-            key_rows = _plain(parquet.read_row_group(group, columns=list(key_columns)))
+            key_rows = _key_columns(parquet, live.uri, group, key_columns)
             read += group_rows
             local = _matching(key_rows, key_columns, keys, null_safe)
             if local is None:
@@ -250,6 +252,38 @@ def _file_rows(table_uri: str, live: LiveFile, key_columns: Sequence[str], keys:
             empty = _plain(parquet.schema_arrow.empty_table().select(wanted))
             return empty.append_column(POSITION, pa.array([], pa.int64())), read
     return pa.concat_tables(parts), read
+
+
+_key_cache: OrderedDict[tuple[str, int, tuple[str, ...]], pa.Table] = OrderedDict()
+_key_cache_bytes = 0
+_key_cache_lock = threading.Lock()
+
+
+def _key_columns(parquet: Any, uri: str, group: int, key_columns: Sequence[str]) -> pa.Table:
+    """A row group's key columns, kept per process up to `sizes.key_cache_bytes` (least
+    recently used first out). Why: a data file never changes once written, and the rounds
+    of the MVs over one upstream look the same files' keys up again and again (an
+    upstream's key check, each MV's own rows): kept, a round reads only the files written
+    since, what changed."""
+    global _key_cache_bytes
+    cache_key = (uri, group, tuple(key_columns))
+    with _key_cache_lock:
+        kept = _key_cache.get(cache_key)
+        if kept is not None:
+            _key_cache.move_to_end(cache_key)
+            return kept
+    rows = _plain(parquet.read_row_group(group, columns=list(key_columns)))
+    limit = sizes().key_cache_bytes
+    if rows.nbytes > limit:
+        return rows
+    with _key_cache_lock:
+        if cache_key not in _key_cache:
+            _key_cache[cache_key] = rows
+            _key_cache_bytes += rows.nbytes
+        while _key_cache_bytes > limit and _key_cache:
+            _, dropped = _key_cache.popitem(last=False)
+            _key_cache_bytes -= dropped.nbytes
+    return rows
 
 
 def _matching(key_rows: pa.Table, key_columns: Sequence[str], keys: pa.Table, null_safe: bool) -> np.ndarray | None:
