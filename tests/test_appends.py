@@ -18,15 +18,16 @@ from airflow_backfill.engine.delta.appends import appended_prefix
 from airflow_backfill.engine.delta.change_feed import read_change_feed
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
 from airflow_backfill.engine.delta.log import read_watermark
-from airflow_backfill.engine.phases import apply, repeated_keys
+from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.rounds import key_check as repeated_keys
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import commit_epoch, create_orders_table
 from oracle import assert_every_commit_matches, mv_rows
 
-INCREMENTAL_WAYS = ("replace", "merge", "overwrite")
+INCREMENTAL_WAYS = ("patch", "replace", "merge", "overwrite")
 QUERY = "SELECT order_id, customer_id, amount FROM source WHERE status <> 'cancelled'"
 UNFILTERED = "SELECT order_id, customer_id, amount FROM source"
 
@@ -194,7 +195,8 @@ def test_keys_arriving_above_the_upstreams_largest_are_proved_by_the_feed_alone(
 
 @pytest.mark.spark
 def test_keys_above_the_largest_are_looked_up_when_the_watermarks_version_cannot_be_loaded(spark, tables, monkeypatch):
-    """Without the statistics at the watermark nothing is known: the upstream is asked."""
+    """Without the statistics at the watermark nothing is known: the upstream is asked (its
+    files looked up by the driver, or read by Spark)."""
     source = tables["source"]
     job, top = snapshotted_mv(spark, tables, rows=80, seed=13)
     commit_epoch(source, random.Random(14), inserts=0, updates=3, deletes=1)
@@ -205,8 +207,9 @@ def test_keys_above_the_largest_are_looked_up_when_the_watermarks_version_cannot
 
     monkeypatch.setattr(repeated_keys, "table_key_max", log_gone)
     asked = []
-    ask = repeated_keys.refuse_keys_held_twice
+    ask, look_up = repeated_keys.refuse_keys_held_twice, repeated_keys.refused_by_driver
     monkeypatch.setattr(repeated_keys, "refuse_keys_held_twice", lambda *args, **kwargs: asked.append(args) or ask(*args, **kwargs))
+    monkeypatch.setattr(repeated_keys, "refused_by_driver", lambda *args, **kwargs: asked.append(args) or look_up(*args, **kwargs))
 
     run_catch_up(spark, job)
 

@@ -156,7 +156,7 @@ def test_a_key_the_files_prove_is_not_counted_by_spark_and_one_they_cannot_is(sp
     real_proof = snapshot_module.duplicate_key
     monkeypatch.setattr(snapshot_module, "duplicate_key", lambda *args: spark_proofs.append(1) or real_proof(*args))
     job = job_for(tables)
-    with caplog.at_level("INFO", logger="airflow_backfill.engine.phases.repeated_keys"):
+    with caplog.at_level("INFO", logger="airflow_backfill.engine.delta.key_proof"):
         run_snapshot(spark, job, chunk_bytes=1)
     assert spark_proofs == [] and "proved unique at epoch 2 from the files' key ranges" in caplog.text
     assert_mv_matches(tables["source"], tables["target"], QUERY, job.app_id, key=["order_id"])

@@ -44,6 +44,7 @@ from airflow_backfill.engine.delta.commits import (
 )
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver, key_gained_rows
 from airflow_backfill.engine.delta.driver_rows import held_in_driver, table_rows_in_driver
+from airflow_backfill.engine.delta.key_proof import key_proved_from_files
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
 from airflow_backfill.engine.delta.keyed_writes import (
     PreparedChanges,
@@ -62,12 +63,6 @@ from airflow_backfill.engine.delta.log import (
 )
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.phases.driver_changes import changes_in_driver
-from airflow_backfill.engine.phases.repeated_keys import (
-    held_times,
-    key_proved_from_files,
-    refuse_arrived_keys_held_twice,
-    refuse_repeated_appended_keys,
-)
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.engine.planning.round_plan import (
@@ -88,6 +83,11 @@ from airflow_backfill.engine.rounds.changes import (
     some_key_gained_rows,
 )
 from airflow_backfill.engine.rounds.difference import write_difference
+from airflow_backfill.engine.rounds.key_check import (
+    held_times,
+    refuse_arrived_keys_held_twice,
+    refuse_repeated_appended_keys,
+)
 from airflow_backfill.engine.rounds.plan_choice import (
     describe,
     keyed_estimates,

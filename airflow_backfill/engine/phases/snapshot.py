@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine import job_state
+from airflow_backfill.engine.delta.key_proof import key_proved_from_files
 from airflow_backfill.engine.delta.log import (
     UpstreamInfo,
     check_upstream,
@@ -34,10 +35,10 @@ from airflow_backfill.engine.delta.log import (
 )
 from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
 from airflow_backfill.engine.downstream import register_downstream
-from airflow_backfill.engine.phases.repeated_keys import held_times, key_proved_from_files
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rounds.changes import apply_query, duplicate_key
+from airflow_backfill.engine.rounds.key_check import held_times
 from airflow_backfill.engine.snapshot_chunks.plan import (
     Chunk,
     default_chunk_bytes,

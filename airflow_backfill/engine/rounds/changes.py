@@ -56,7 +56,7 @@ def net_changes(
     then reads every change row (without them Spark keeps only each key's latest row in a
     map-side top-1 before its shuffle). A second row arriving for a key that was there
     before the range does not show in the feed: the MERGE refuses it (`__arrived` on a
-    key the MV holds), or `repeated_keys` when the query may have filtered the first row out.
+    key the MV holds), or the key check (`rounds/key_check.py`) when the query may have filtered the first row out.
 
     With `keep_first_image`, each key also carries the row it had before the range
     (`__before`, a struct of the upstream columns; `__held_before` tells whether it had

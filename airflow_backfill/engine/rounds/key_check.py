@@ -21,29 +21,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_backfill.engine.delta.commits import ARRIVED
-from airflow_backfill.engine.delta.dense_keys import fits, keys_unique_in_range
 from airflow_backfill.engine.delta.driver_rows import arrow_of, arrow_rows
 from airflow_backfill.engine.delta.key_range import (
     KeyRange,
     all_above,
     boundable,
     changes_key_range,
-    integer_key_ranges,
     table_key_max,
 )
 from airflow_backfill.engine.delta.keyed_rows import find_rows
-from airflow_backfill.engine.delta.log import arrow_schema, load_table, open_upstream
+from airflow_backfill.engine.delta.log import arrow_schema, load_table
 from airflow_backfill.engine.delta.log_state import table_state
-from airflow_backfill.engine.delta.ordered_keys import keys_unique_in_order
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.rounds.changes import duplicate_key
 from airflow_backfill.engine.sizes import sizes
-from airflow_backfill.engine.snapshot_chunks.plan import list_data_files
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.storage.files import read_parquet_columns
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
 
     from pyspark.sql import DataFrame, SparkSession
 
@@ -101,27 +96,6 @@ def _repeated_in_files(paths: tuple[str, ...], columns: list[str]) -> tuple[dict
         return None
     found = repeated.slice(0, 1).to_pylist()[0]
     return found, int(found.pop("count_all"))
-
-
-def key_proved_from_files(uri: str, version: int, key: Sequence[str]) -> bool:
-    """Whether the table's data files at `version` prove `key` unique on the driver, with
-    no Spark job: by a bitmap over an integer key's range from the files' statistics
-    (`dense_keys`), else by the order of their keys (`ordered_keys`). False when they
-    cannot tell; the caller then counts the keys with Spark."""
-    table = open_upstream(uri, version)
-    names = {name.lower(): name for name in arrow_schema(table).names}
-    columns = [names.get(column.lower(), column) for column in key]
-    actions = pa.table(table.get_add_actions(flatten=True))
-    # in order of their smallest key: runs that overlap show early
-    paths = [file.path for file in list_data_files(uri, version, columns[0], actions=actions)]
-    ranges = integer_key_ranges(actions, columns)
-    if ranges is not None and fits(ranges):
-        proved, how = keys_unique_in_range(paths, columns, ranges), "the files' key ranges"
-    else:
-        proved, how = keys_unique_in_order(paths, columns), "the files' key order"
-    if proved:
-        log.info("key %s proved unique at epoch %s from %s", list(key), version, how)
-    return proved
 
 
 def refuse_arrived_keys_held_twice(
