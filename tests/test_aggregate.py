@@ -22,6 +22,7 @@ from airflow_backfill.engine.delta.log import CHECKPOINT_INTERVAL_PROPERTY, last
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.rounds import feed as round_feed
 from airflow_backfill.exceptions import TargetError, UnsupportedQueryError
 from airflow_backfill.job import BackfillJob
 from oracle import assert_every_commit_matches, expected_rows, mv_rows, table_rows
@@ -70,9 +71,9 @@ def state_rows(job: BackfillJob) -> list[dict]:
 def test_null_semantics_follow_spark_sql(spark, tables, monkeypatch, held_rows, feed):
     set_sizes(monkeypatch, driver_rows=held_rows, held_table_rows=held_rows)
     if feed != "driver":  # a feed too large for the driver, read from the files its log lists or by Delta
-        monkeypatch.setattr(aggregate_apply, "feed_in_driver", lambda *args, **kwargs: None)
+        monkeypatch.setattr(round_feed, "feed_in_driver", lambda *args, **kwargs: None)
     if feed == "spark":
-        monkeypatch.setattr(aggregate_apply, "listed_feed", lambda *args, **kwargs: None)
+        monkeypatch.setattr(round_feed, "listed_feed", lambda *args, **kwargs: None)
     upstream = create(tables["source"], [
         row(g="a", x=None, d=None, s=None), row(g="a", x=None, d="1.25", s="p"),
         row(g=None, x=3, d="2.50", s="q"), row(g=None, x=None, d=None, s="q"), row(g="b", x=4, s="p"),

@@ -18,9 +18,9 @@ from airflow_backfill.engine.delta.appends import appended_prefix
 from airflow_backfill.engine.delta.change_feed import read_change_feed
 from airflow_backfill.engine.delta.driver_feed import feed_in_driver
 from airflow_backfill.engine.delta.log import read_watermark
-from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.rounds import feed as round_feed
 from airflow_backfill.engine.rounds import key_check as repeated_keys
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.job import BackfillJob
@@ -94,8 +94,8 @@ def test_appends_above_the_mv_are_appended_and_others_merged_each_exact(spark, t
     append_orders(source, [top - 1000, top + 5])
 
     feed_reads = []
-    monkeypatch.setattr(apply, "read_change_feed", lambda *args: feed_reads.append(args[2:4]) or read_change_feed(*args))
-    monkeypatch.setattr(apply, "feed_in_driver", lambda *args: feed_reads.append(args[2:4]) or feed_in_driver(*args))
+    monkeypatch.setattr(round_feed, "read_change_feed", lambda *args: feed_reads.append(args[2:4]) or read_change_feed(*args))
+    monkeypatch.setattr(round_feed, "feed_in_driver", lambda *args: feed_reads.append(args[2:4]) or feed_in_driver(*args))
 
     result = run_catch_up(spark, job)
 

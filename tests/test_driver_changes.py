@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from airflow_backfill.engine.delta.commits import ARRIVED, REPEATED_KEY
-from airflow_backfill.engine.phases.driver_changes import RepeatedKeyInFeed, changes_in_driver
 from airflow_backfill.engine.planning.query import plan_query
 from airflow_backfill.engine.rounds.changes import mv_changes, net_changes
+from airflow_backfill.engine.rounds.driver_changes import RepeatedKeyInFeed, changes_in_driver
 
 pytestmark = pytest.mark.spark
 

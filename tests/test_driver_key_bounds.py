@@ -17,7 +17,7 @@ from spark_job_count import jobs_started
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT
 from airflow_backfill.engine.delta.driver_rows import is_local, local_relation
 from airflow_backfill.engine.delta.key_range import changes_key_range
-from airflow_backfill.engine.delta.keyed_writes import arrived_key_bounds
+from airflow_backfill.engine.rounds.write import arrived_key_bounds
 from airflow_backfill.engine.spark_session import TIME_ZONE
 
 pytestmark = pytest.mark.spark

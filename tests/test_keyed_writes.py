@@ -14,10 +14,8 @@ import pytest
 from deltalake import DeltaTable
 from size_overrides import set_sizes
 
-from airflow_backfill.engine.delta import keyed_writes
 from airflow_backfill.engine.delta.commits import ARRIVED, PRESENT, TABLE_PROPERTIES
 from airflow_backfill.engine.delta.driver_rows import held_in_driver
-from airflow_backfill.engine.delta.keyed_writes import cheapest_way, prepare, write, write_keyed
 from airflow_backfill.engine.planning.round_plan import (
     APPEND,
     DELETE,
@@ -27,6 +25,8 @@ from airflow_backfill.engine.planning.round_plan import (
     REPLACE,
     Rates,
 )
+from airflow_backfill.engine.rounds import write as keyed_writes
+from airflow_backfill.engine.rounds.write import cheapest_way, prepare, write, write_keyed
 
 pytestmark = pytest.mark.spark
 

@@ -98,7 +98,7 @@ def test_change_rows_pair_a_key_held_before_and_after_as_an_update() -> None:
 
 def test_a_table_whose_feed_nobody_reads_gets_no_change_file(spark, tmp_path: Path) -> None:
     """An aggregate's state is overwritten with `fed=False`: the same rows, no change file."""
-    from airflow_backfill.engine.delta.keyed_writes import prepare, write
+    from airflow_backfill.engine.rounds.write import prepare, write
 
     uri = str(tmp_path / "state")
     create(spark, uri, TABLE, SCHEMA)

@@ -19,6 +19,7 @@ from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.snapshot import run_snapshot
 from airflow_backfill.engine.planning.round_plan import Rates
+from airflow_backfill.engine.rounds import feed as round_feed
 from airflow_backfill.engine.rounds import plan_choice
 from airflow_backfill.engine.rounds.plan_choice import ROUND_COSTS
 from airflow_backfill.exceptions import RepeatedKeyError
@@ -239,8 +240,8 @@ def test_updates_over_the_whole_mv_recompute_before_their_feed_is_read(spark, ta
     run_snapshot(spark, job)
     monkeypatch.setattr(plan_choice, "rates_at", lambda parallelism: Rates(per_scanned_row=0.1))
     feeds: list = []
-    read_feed = apply.feed_in_driver
-    monkeypatch.setattr(apply, "feed_in_driver",
+    read_feed = round_feed.feed_in_driver
+    monkeypatch.setattr(round_feed, "feed_in_driver",
                         lambda *args, **kwargs: feeds.append(args) or read_feed(*args, **kwargs))
     DeltaTable(source).update(updates={"amount": "amount + 1"}, predicate="order_id % 7 = 0")
 

@@ -10,10 +10,10 @@ import pytest
 from deltalake import DeltaTable
 from helpers_delta import mv_commits
 
-from airflow_backfill.engine.phases import apply
 from airflow_backfill.engine.phases.catch_up import run_catch_up
 from airflow_backfill.engine.phases.forward import ForwardBounds, run_forward
 from airflow_backfill.engine.phases.snapshot import run_snapshot
+from airflow_backfill.engine.rounds import feed as round_feed
 from airflow_backfill.job import BackfillJob
 from airflow_backfill.simulator import create_orders_table, run_simulator
 from oracle import assert_every_commit_matches
@@ -46,15 +46,15 @@ def wait_for_version(uri: str, version: int, timeout: float = 30.0) -> None:
 def test_three_phases_under_concurrent_upstream_writes(spark, tables, monkeypatch, feeds):
     listed: list[bool] = []  # per round that asked: whether the range was read from listed files
     if feeds == "listed":
-        monkeypatch.setattr(apply, "feed_in_driver", lambda *args, **kwargs: None)
-        read_listed = apply.listed_feed
+        monkeypatch.setattr(round_feed, "feed_in_driver", lambda *args, **kwargs: None)
+        read_listed = round_feed.listed_feed
 
         def recorded(*args):
             found = read_listed(*args)
             listed.append(found is not None)
             return found
 
-        monkeypatch.setattr(apply, "listed_feed", recorded)
+        monkeypatch.setattr(round_feed, "listed_feed", recorded)
     create_orders_table(tables["source"], rows=3000, seed=7)
     job = make_job(tables)
     stop = threading.Event()

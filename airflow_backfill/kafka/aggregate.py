@@ -27,11 +27,11 @@ from airflow_backfill.engine.delta.commits import (
     append,
     commit_watermark_only,
 )
-from airflow_backfill.engine.delta.keyed_writes import write_keyed
 from airflow_backfill.engine.delta.log import METADATA_PREFIX, load_table, table_exists
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.query import QueryPlan
+from airflow_backfill.engine.rounds.write import write_keyed
 from airflow_backfill.exceptions import TargetError
 from airflow_backfill.kafka.positions import BackfillPosition, backfill_position
 from airflow_backfill.kafka.query import aggregate_plan

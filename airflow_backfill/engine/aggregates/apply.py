@@ -38,7 +38,7 @@ from airflow_backfill.engine.aggregates.state import (
 )
 from airflow_backfill.engine.aggregates.view import cast_to, mv_changes, value_types, visible_rows
 from airflow_backfill.engine.commit_after import commit_after
-from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_change_feed, read_upstream_as_of
+from airflow_backfill.engine.delta.change_feed import FEED_COLUMNS, read_upstream_as_of
 from airflow_backfill.engine.delta.commit_fence import at_each_commit
 from airflow_backfill.engine.delta.commits import (
     PLAN_FIELD,
@@ -47,7 +47,6 @@ from airflow_backfill.engine.delta.commits import (
     commit_watermark_only,
     overwrite,
 )
-from airflow_backfill.engine.delta.driver_feed import feed_in_driver
 from airflow_backfill.engine.delta.driver_rows import (
     arrow_of,
     held_in_driver,
@@ -58,8 +57,6 @@ from airflow_backfill.engine.delta.driver_rows import (
 )
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.keyed_rows import find_rows
-from airflow_backfill.engine.delta.keyed_writes import prepare, write, write_keyed
-from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema, table_at
 from airflow_backfill.engine.delta.log_state import table_state
@@ -77,6 +74,7 @@ from airflow_backfill.engine.planning.round_plan import (
 )
 from airflow_backfill.engine.rounds.changes import signed_rows
 from airflow_backfill.engine.rounds.difference import write_difference
+from airflow_backfill.engine.rounds.feed import read_feed
 from airflow_backfill.engine.rounds.plan_choice import (
     keyed_estimates,
     plan_round,
@@ -85,6 +83,7 @@ from airflow_backfill.engine.rounds.plan_choice import (
     recompute_first,
     recompute_writing,
 )
+from airflow_backfill.engine.rounds.write import prepare, write, write_keyed
 from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.exceptions import TargetError
 
@@ -94,9 +93,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
     from airflow_backfill.engine.planning.aggregate_query import AggregateQuery
     from airflow_backfill.engine.planning.query import QueryPlan
+    from airflow_backfill.engine.rounds.write import PreparedChanges
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
@@ -161,23 +160,17 @@ def apply_aggregate_changes(
     if early is not None:
         return 0, recompute_aggregate(spark, job, plan, info, early), early
     referenced = sql.row_columns(aggregate)
-    held = feed_in_driver(spark, job.source, watermark, info.epoch)
-    if held is not None:  # a small feed: its rows are counted already, and folding them reads no file
-        columns = [field.name for field in held.upstream.fields if field.name.lower() in referenced]
-        return fold_signed_rows(spark, job, plan, signed_rows(held.frame, columns), held.upstream, info,
-                                recompute_at=info.epoch, change_rows=held.rows)
-    wanted = column_names(job.source, referenced)
-    listed = listed_feed(spark, job.source, watermark, info.epoch, wanted)
-    if listed is not None:  # counted from the log; its rows are read once, by the fold
-        return fold_signed_rows(spark, job, plan, signed_rows(listed.frame, wanted), listed.upstream, info,
-                                recompute_at=info.epoch, change_rows=listed.rows)
-    feed = read_change_feed(spark, job.source, watermark, info.epoch)
-    columns = [c for c in feed.columns if c not in FEED_COLUMNS and c.lower() in referenced]
-    signed = signed_rows(feed, columns).cache()
+    columns = column_names(job.source, referenced)
+    feed = read_feed(spark, job.source, watermark, info.epoch, columns, count=False)
+    signed = signed_rows(feed.frame, columns)
+    if feed.rows is None:  # Spark's reader: its rows are read twice (counted, then folded)
+        signed = signed.cache()
     try:
-        return fold_signed_rows(spark, job, plan, signed, _upstream_columns(feed), info, recompute_at=info.epoch)
+        return fold_signed_rows(spark, job, plan, signed, feed.upstream, info, recompute_at=info.epoch,
+                                change_rows=feed.rows)
     finally:
-        signed.unpersist()
+        if feed.rows is None:
+            signed.unpersist()
 
 
 def fold_signed_rows(

@@ -15,13 +15,13 @@ can; `delta_rule` otherwise) and then:
 - aggregate: folds them into the per-group state and the MV (`fold_signed_rows`), as
   a one-upstream aggregate folds its signed change rows.
 
-The keyed changes are written through the keyed writes (`delta/keyed_writes.py`) the
+The keyed changes are written through the keyed writes (`rounds/write.py`) the
 way the round planner estimates cheapest: append, replace, delete, MERGE or overwrite,
 all of which give the same rows for changes that hold one row per key. Before any feed
 is read, the planner may instead recompute the join at the target vector
 (`joins/recompute.py`) when that saves enough over the least a round costs; the keyed
 writes' estimates after the feed leave recompute out (the feeds are paid by then). All
-writes go through `keyed_writes.write`,
+writes go through `rounds.write.write`,
 `commit_watermark_only` and the aggregate fold, so a re-run of a committed round is
 skipped by the app transaction (the vector's sum).
 """
@@ -49,7 +49,6 @@ from airflow_backfill.engine.delta.commits import (
     repeated_key_named,
 )
 from airflow_backfill.engine.delta.driver_rows import held_or_cached
-from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.joins import delta_rule, leave_arrive
 from airflow_backfill.engine.joins.driver_keyed import keyed_and_old_in_driver, keyed_changes_in_driver
@@ -74,6 +73,7 @@ from airflow_backfill.engine.rounds.plan_choice import (
     readers,
     record_round,
 )
+from airflow_backfill.engine.rounds.write import prepare, write
 from airflow_backfill.exceptions import RepeatedKeyError, TargetError
 
 if TYPE_CHECKING:

@@ -42,27 +42,16 @@ from airflow_backfill.engine.delta.commits import (
     overwrite,
     repeated_key_named,
 )
-from airflow_backfill.engine.delta.driver_feed import feed_in_driver, key_gained_rows
-from airflow_backfill.engine.delta.driver_rows import held_in_driver, table_rows_in_driver
+from airflow_backfill.engine.delta.driver_feed import key_gained_rows
 from airflow_backfill.engine.delta.key_proof import key_proved_from_files
 from airflow_backfill.engine.delta.key_range import all_above, table_key_max, table_rows
-from airflow_backfill.engine.delta.keyed_writes import (
-    PreparedChanges,
-    locate_keys,
-    prepare,
-    refuse_arrived_keys_held,
-    write,
-)
-from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.log import (
     arrow_schema,
     column_names,
     load_table,
     rows_written,
-    spark_schema,
 )
 from airflow_backfill.engine.faults import maybe_crash
-from airflow_backfill.engine.phases.driver_changes import changes_in_driver
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.engine.planning.round_plan import (
@@ -76,18 +65,17 @@ from airflow_backfill.engine.planning.round_plan import (
 from airflow_backfill.engine.rounds.applied import AppliedRange, current_watermark
 from airflow_backfill.engine.rounds.changes import (
     apply_query,
-    count_changes,
     duplicate_key,
-    mv_changes,
-    net_changes,
     some_key_gained_rows,
 )
 from airflow_backfill.engine.rounds.difference import write_difference
+from airflow_backfill.engine.rounds.feed import read_feed
 from airflow_backfill.engine.rounds.key_check import (
     held_times,
     refuse_arrived_keys_held_twice,
     refuse_repeated_appended_keys,
 )
+from airflow_backfill.engine.rounds.net import NettedRound, net_round
 from airflow_backfill.engine.rounds.plan_choice import (
     describe,
     keyed_estimates,
@@ -99,14 +87,18 @@ from airflow_backfill.engine.rounds.plan_choice import (
     record_round,
     stateless_facts,
 )
-from airflow_backfill.engine.sizes import sizes
+from airflow_backfill.engine.rounds.write import (
+    PreparedChanges,
+    prepare,
+    refuse_arrived_keys_held,
+    write,
+)
 from airflow_backfill.exceptions import RepeatedKeyError
 from airflow_backfill.storage.spark_parquet import read_parquet_files
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from airflow_backfill.engine.delta.keyed_rows import FoundRows
     from airflow_backfill.engine.planning.query import QueryPlan
     from airflow_backfill.job import BackfillJob
 
@@ -163,16 +155,6 @@ def feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
         return None
     wanted = referenced | {column.lower() for column in plan.upstream_key}
     return column_names(job.source, wanted)
-
-
-def _mv_rows_of_feed_keys(job: BackfillJob, plan: QueryPlan, feed: pa.Table) -> FoundRows | None:
-    """The MV's rows of every key the feed changes, found by the driver (`locate_keys`), or
-    None when it does not find them (the MV's rows are then read whole, or Spark asked)."""
-    table = load_table(job.target)
-    names = {name.lower(): name for name in feed.column_names}
-    keys = feed.select([names[column.lower()] for column in plan.upstream_key]).rename_columns(list(plan.mv_key))
-    keys = keys.group_by(list(plan.mv_key), use_threads=False).aggregate([])
-    return locate_keys(job.target, table.version(), spark_schema(table), keys, plan.mv_key, null_safe=True)
 
 
 def _appended_beyond_mv(job: BackfillJob, plan: QueryPlan, watermark: int, end_version: int) -> AppendedFiles | None:
@@ -265,51 +247,18 @@ def _apply_stateless(
     if early is not None:  # the feed is not read; the upstream's key is proved while the MV's files are written
         proof = partial(_prove_upstream_key, spark, job, plan, watermark, info.epoch) if job.verify_primary_key else None
         return _recompute(spark, job, plan, None, 0, early, info, proof=proof)
-    columns = feed_columns(job, plan)
-    held = feed_in_driver(spark, job.source, watermark, info.epoch, columns)
-    listed = None if held is not None else listed_feed(
-        spark, job.source, watermark, info.epoch, columns or column_names(job.source))
-    if held is not None:  # a small feed: counted already, and not cached (its rows are the driver's)
-        feed, (change_rows, arriving_rows) = held.frame, (held.rows, held.arriving)
-    elif listed is not None:  # counted from the log: read once, by the keyed changes' persist
-        feed, (change_rows, arriving_rows) = listed.frame, (listed.rows, listed.arriving)
-    else:
-        feed = read_change_feed(spark, job.source, watermark, info.epoch, columns).cache()
-    net: DataFrame | None = None
+    feed = read_feed(spark, job.source, watermark, info.epoch, feed_columns(job, plan))
+    netted: NettedRound | None = None
     try:
-        if held is None and listed is None:
-            change_rows, arriving_rows = count_changes(feed)
-        ask_upstream = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
-        # Under a WHERE the MV's own rows tell which changed keys it held: its rows of the
-        # feed's keys, looked up (a patch then marks them), else the whole MV when small (an
-        # overwrite by the driver uses them too)
-        located = mv_rows = None
-        if held is not None and plan.filters_rows:
-            located = _mv_rows_of_feed_keys(job, plan, held.table)
-            mv_rows = table_rows_in_driver(spark, job.target) if located is None else None
-        held_mv = located.rows if located is not None else mv_rows.rows if mv_rows is not None else None
-        in_driver = None if held is None else changes_in_driver(
-            spark, held.table, feed.schema, plan, refuse_repeated_keys=job.verify_primary_key,
-            keep_first_image=plan.filters_rows, arrivals=arriving_rows > 0, held_mv=held_mv)
-        old_rows = None
-        if in_driver is not None:  # netted and mapped by the driver: no Spark job
-            net, keyed, old_rows = in_driver.net, in_driver.keyed, in_driver.old_rows
-        else:
-            net = net_changes(feed, plan.upstream_key, refuse_repeated_keys=job.verify_primary_key,
-                              keep_first_image=plan.filters_rows)
-            if not arriving_rows:  # only departures: a key held once at the watermark is held at most once now
-                net = net.drop(ARRIVED)
-            elif ask_upstream:
-                net = net.cache()
-            keyed = mv_changes(spark, net, plan)
-        if in_driver is None and (held is not None or change_rows <= sizes().driver_rows):  # few keys (at most one per
-            keyed = held_in_driver(keyed, max(change_rows, sizes().driver_rows)) or keyed  # change row): held by the driver
-        prepared = prepare(spark, job.target, keyed, plan.mv_key,
-                           null_safe=any(keyed.schema[column].nullable for column in plan.mv_key),
-                           table_rows=mv_rows, located=located, old_rows=old_rows)
+        change_rows, arriving_rows = feed.rows or 0, feed.arriving or 0
+        check_keys = job.verify_primary_key and plan.filters_rows and arriving_rows > 0
+        netted = net_round(spark, job, plan, feed, key_check=check_keys)
+        prepared = prepare(spark, job.target, netted.keyed, plan.mv_key,
+                           null_safe=any(netted.keyed.schema[column].nullable for column in plan.mv_key),
+                           table_rows=netted.mv_rows, located=netted.located, old_rows=netted.old_rows)
         try:
-            if ask_upstream and prepared.arrived:  # prepare counted the keyed changes' arrivals
-                refuse_arrived_keys_held_twice(spark, job, plan, net, watermark, info.epoch)
+            if check_keys and prepared.arrived:  # prepare counted the keyed changes' arrivals
+                refuse_arrived_keys_held_twice(spark, job, plan, netted.net, watermark, info.epoch)
             facts = stateless_facts(prepared, change_rows, table_rows(job.source, info.epoch),
                                     job.verify_primary_key)
             rates, feed_readers = rates_at(info.parallelism), readers(job)
@@ -317,14 +266,7 @@ def _apply_stateless(
             if chosen.plan == RECOMPUTE:
                 chosen = recompute_writing(chosen, stateless_recompute_writes(facts, rates, feed_readers))
                 return _recompute(spark, job, plan, prepared, change_rows, chosen, info)
-            if feed_readers:
-                log.info("%s: the MV's change feed is read by %s jobs", info.phase, feed_readers)
-            metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
-            with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
-                changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
-                                user_metadata=metadata.user_metadata(job))
-            maybe_crash(info.phase, "after_commit")
-            return info.epoch, change_rows, changed, chosen
+            return info.epoch, change_rows, _write_round(spark, job, prepared, chosen, info, change_rows), chosen
         finally:
             prepared.release()
     except Exception as error:
@@ -334,9 +276,21 @@ def _apply_stateless(
         raise RepeatedKeyError(list(job.primary_key), job.source,
                                f"{repeated} is held twice between epochs {watermark + 1} and {info.epoch}") from None
     finally:
-        if net is not None:
-            net.unpersist()
-        feed.unpersist()
+        if netted is not None:
+            netted.release()
+        feed.release()
+
+
+def _write_round(spark: SparkSession, job: BackfillJob, prepared: PreparedChanges, chosen: RoundPlan,
+                 info: CommitInfo, change_rows: int) -> int:
+    """Write the round's prepared changes the way `chosen` says, with the watermark; the MV
+    keys changed."""
+    metadata = replace(info, rows=change_rows, extra={**info.extra, PLAN_FIELD: chosen.to_json()})
+    with at_each_commit(partial(maybe_crash, info.phase, "after_write")):
+        changed = write(spark, prepared, chosen.plan, app_id=job.app_id, version=info.epoch,
+                        user_metadata=metadata.user_metadata(job))
+    maybe_crash(info.phase, "after_commit")
+    return changed
 
 
 def _recompute(

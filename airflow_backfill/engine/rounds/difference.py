@@ -5,7 +5,7 @@ so each MV over this one (and any reader of its feed) sees the whole table chang
 however little did. Comparing the recomputed rows with the table's in one join by key
 gives the keyed changes that turn one into the other (a key's new row when it is new or
 differs in some column, its departure when it is gone); written through the keyed writes
-(`delta/keyed_writes.py`), with the watermark in one commit, they make a feed of about
+(`rounds/write.py`), with the watermark in one commit, they make a feed of about
 two rows per changed row.
 
 Rows are compared exactly, value for value: Spark's `<=>` takes -0.0 as 0.0, a string of
@@ -21,16 +21,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.delta.commits import PRESENT
-from airflow_backfill.engine.delta.keyed_writes import prepare, write
 from airflow_backfill.engine.delta.listed_files import read_table
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.round_plan import DIFFERENCE_WAYS, cheapest
 from airflow_backfill.engine.rounds.exact_values import all_of, same_value
+from airflow_backfill.engine.rounds.write import prepare, write
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
+    from airflow_backfill.engine.rounds.write import PreparedChanges
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ from airflow_backfill.engine.rounds.warmth import mark_run, plans_run
 from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
-    from airflow_backfill.engine.delta.keyed_writes import PreparedChanges
+    from airflow_backfill.engine.rounds.write import PreparedChanges
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
