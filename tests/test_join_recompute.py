@@ -100,7 +100,7 @@ def test_auto_recomputes_a_join_only_when_its_measured_snapshot_beats_its_rounds
         assert least > 0
         return plan
 
-    _snapshot_took(job, tables, 0.5)  # a quick snapshot: recomputing beats a round's fixed cost
+    _snapshot_took(job, tables, 0.05)  # a quick snapshot: recomputing beats a round's fixed cost
     chosen = decide()
     assert chosen is not None and chosen.plan == RECOMPUTE
     assert chosen.estimates[RECOMPUTE] < chosen.estimates["incremental"] - 1.0
@@ -109,7 +109,7 @@ def test_auto_recomputes_a_join_only_when_its_measured_snapshot_beats_its_rounds
     assert decide() is None
     assert decide(round_plan="recompute").plan == RECOMPUTE  # asked for, whatever it costs
 
-    _snapshot_took(job, tables, 0.5)  # rounds measured far below their estimate win too
+    _snapshot_took(job, tables, 0.05)  # rounds measured far below their estimate win too
     job_state.update_state(job.target, **{ROUND_COSTS: [
         {"plan": JOIN_ROUND, "estimate_s": 3.0, "seconds": 0.6, "epoch": n} for n in range(3)]})
     assert decide() is None

@@ -134,7 +134,7 @@ def test_auto_recomputes_when_the_jobs_rounds_ran_far_slower_than_estimated(spar
     job = orders_job(tables)
     run_snapshot(spark, job)
     slow = [{"plan": way, "estimate_s": 1.0, "seconds": 5.0, "epoch": 0}
-            for way in ("append", "replace", "merge", "overwrite") for _ in range(3)]
+            for way in ("append", "replace", "merge", "patch", "overwrite") for _ in range(3)]
     job_state.update_state(job.target, **{ROUND_COSTS: slow})
     commit_epoch(source, random.Random(12), inserts=5, updates=10, deletes=5)
 
@@ -238,7 +238,8 @@ def test_updates_over_the_whole_mv_recompute_before_their_feed_is_read(spark, ta
     create_orders_table(source, rows=300, seed=31)
     job = orders_job(tables)
     run_snapshot(spark, job)
-    monkeypatch.setattr(plan_choice, "rates_at", lambda parallelism: Rates(per_scanned_row=0.1))
+    monkeypatch.setattr(plan_choice, "rates_at",
+                        lambda parallelism: Rates(per_scanned_row=0.1, per_patched_row=0.1))
     feeds: list = []
     read_feed = round_feed.feed_in_driver
     monkeypatch.setattr(round_feed, "feed_in_driver",

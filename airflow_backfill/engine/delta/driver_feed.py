@@ -90,7 +90,6 @@ def feed_in_driver(
 
     limit = sizes().feed_rows if limit is None else limit
 
-    check_range_readable(source, watermark, end_version)
     upstream = range_schema(source, end_version)
     if upstream is None:
         return None
@@ -125,7 +124,6 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_type
 
-    check_range_readable(source, watermark, end_version)
     upstream = range_schema(source, end_version)
     if upstream is None:
         return None
@@ -287,7 +285,10 @@ def range_files(source: str, watermark: int, end_version: int, limit: int,
                 max_bytes: int | None = None) -> list[ChangeFile] | None:
     """The files each version's change rows are read from, or None when a version has a
     shape left to Spark or the range holds more than `limit` rows or `max_bytes` (default
-    `sizes.feed_bytes`) of change files."""
+    `sizes.feed_bytes`) of change files. The range is checked first as Spark's reader
+    checks it (`check_range_readable`): a vacuumed file is the error that says so, not a
+    footer that failed to open."""
+    check_range_readable(source, watermark, end_version)
     max_bytes = sizes().feed_bytes if max_bytes is None else max_bytes
     found: list[ChangeFile] = []
     change_bytes = 0

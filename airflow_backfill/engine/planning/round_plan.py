@@ -382,7 +382,8 @@ def before_the_feed(change_rows: int, upstream_rows: int, rates: Rates, *, aggre
     writes = 2 if aggregate else 1
     ways = WRITES if patchable else tuple(way for way in WRITES if way != PATCH)
     least = feed + writes * min(rates.fixed[way] for way in ways) + (rates.aggregate_fixed if aggregate else 0.0)
-    if patchable and not aggregate:
+    if patchable and not aggregate:  # a patch compares every changed key (one per two change rows at least)
+        least += change_rows // 2 * rates.per_patched_row
         return {INCREMENTAL: least, RECOMPUTE: min(recompute_before_the_feed(
             change_rows, upstream_rows, rates, aggregate=aggregate, prove_key=prove_key, inserts=inserts,
             readers=readers, mv_rows=mv_rows).values())}
