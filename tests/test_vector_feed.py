@@ -8,7 +8,8 @@ appends, OPTIMIZE, REPLACE WHERE) of a table of many column types and NULLs, who
 hold several row groups each, the driver's feed of every version range equals Spark's
 `readChangeFeed` as a multiset, under a process time zone other than UTC; and so do its
 answers about keys that gained rows, its count of the change rows and its key bounds.
-Vectors the driver does not compare as Delta does, hand-made, are left to Spark."""
+Vectors the driver does not compare as Delta does, hand-made, are left to Spark, and a
+vector file that is gone is reported as a vacuumed upstream."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ import pytest
 from process_zone import python_in_zone
 
 from airflow_backfill.engine.delta.change_feed import ARRIVING, CHANGE_TYPE, COMMIT_VERSION, read_change_feed
-from airflow_backfill.engine.delta.deletion_vectors import deleted_rows, write_vectors
+from airflow_backfill.engine.delta.deletion_vectors import deleted_rows, vector_path, write_vectors
 from airflow_backfill.engine.delta.driver_feed import change_key_range, feed_in_driver, key_gained_rows
 from airflow_backfill.engine.delta.driver_rows import is_local
 from airflow_backfill.engine.delta.listed_feed import listed_feed
 from airflow_backfill.engine.delta.log_state import commit_entry, table_state
 from airflow_backfill.engine.delta.row_positions import RowSelection, groups_holding
 from airflow_backfill.engine.delta.vector_changes import DELETE, commit_file_changes
+from airflow_backfill.exceptions import UpstreamError
 
 ROW_GROUP_BYTES = 4096
 """Parquet's row group size while the test's tables are written: a few hundred rows a group."""
@@ -227,3 +229,15 @@ def test_vectors_the_driver_does_not_compare_as_delta_does_are_left_to_spark(spa
         assert key_gained_rows(uri, watermark, watermark + 1, ["id"]) is None
         assert change_key_range(uri, watermark, watermark + 1, "id") is None
         assert listed_feed(spark, uri, watermark, watermark + 1, ["id"]) is None
+
+
+@pytest.mark.spark
+def test_a_vacuumed_deletion_vector_is_the_same_error_as_a_vacuumed_data_file(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    _append(spark, uri, 0, 60, create=True)
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 3")
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE id = 4")  # its feed compares the vector of version 1
+    (removed,) = [action["remove"] for action in _commit(uri, 2) if "remove" in action]
+    Path(vector_path(uri, removed["deletionVector"])).unlink()
+    with pytest.raises(UpstreamError, match="vacuumed"):
+        feed_in_driver(spark, uri, 1, 2)
