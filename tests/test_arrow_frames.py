@@ -5,7 +5,10 @@ infinities, -0.0, decimal extremes, timestamps before 1900 and at daylight-savin
 changes, maps, structs and arrays of timestamps), also as Arrow types other than Spark's
 (large strings and binaries, instants without their zone), with the session's time zone and its
 large-variable-types setting changed and this process in several time zones. Both frames
-are compared row for row as Spark's own text of each row (tests/spark_oracle.py)."""
+are compared row for row as Spark's own text of each row (tests/spark_oracle.py). Rows
+with an empty chunk between others (after which PySpark's method drops every row) all
+reach the frame, and rows an Arrow filter kept none of (columns of no chunks, which
+PySpark's method refuses) make an empty frame."""
 
 from __future__ import annotations
 
@@ -93,3 +96,22 @@ def test_arrow_rows_make_the_frame_pysparks_method_makes(spark, zone):
     finally:
         spark.conf.set("spark.sql.session.timeZone", session_zone)
         spark.conf.set("spark.sql.execution.arrow.useLargeVarTypes", large)
+
+
+def test_empty_chunks_lose_no_row_and_no_chunks_make_an_empty_frame(spark):
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL(typed.TYPED_DDL)
+    table = _rows(7)
+    none_kept = table.filter(pa.array([False] * table.num_rows))  # columns of no chunks
+    assert not any(column.num_chunks for column in none_kept.columns)
+    made = internals.arrow_as_frame(spark, none_kept, schema)
+    assert made.schema == schema and made.count() == 0
+    generated = typed.TypedRows(8)
+    rows = [generated.typed(key) for key in range(20)]
+    parts = [typed.arrow_rows(part, typed.typed_schema()) for part in (rows[:5], [], rows[5:])]
+    pieces, table = pa.concat_tables(parts), typed.arrow_rows(rows, typed.typed_schema())
+    assert [len(chunk) for chunk in pieces.column("id").chunks] == [5, 0, 15]  # an empty chunk between
+    made = internals.arrow_as_frame(spark, pieces, schema)
+    assert _text_rows(made) == _text_rows(internals.arrow_as_frame(spark, table, schema))
+    assert made.count() == table.num_rows

@@ -1,7 +1,8 @@
 """A small change feed read by the driver from its files, and a larger one read by Spark
 from the files its log lists, give the rows, types and change types Spark's change feed
-reader gives, for appends, deletes, updates and merges; ranges of other shapes, or above
-the limit, are left to Spark's reader."""
+reader gives, for appends, deletes (deletion vectors' too, tests/test_vector_feed.py),
+updates and merges; ranges of other shapes, or above the limits, are left to Spark's
+reader."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from airflow_backfill.engine.delta.commits import DELETION_VECTORS_PROPERTY, TAB
 from airflow_backfill.engine.delta.driver_feed import ChangeKeyRange, change_key_range, feed_in_driver
 from airflow_backfill.engine.delta.driver_rows import is_local
 from airflow_backfill.engine.delta.listed_feed import listed_feed
+from airflow_backfill.engine.delta.log import commit_actions
+from airflow_backfill.engine.sizes import overridden
 from airflow_backfill.exceptions import UpstreamError
 
 pytestmark = pytest.mark.spark
@@ -66,17 +69,25 @@ def test_appends_deletes_updates_and_merges_read_as_spark_reads_them(spark, tmp_
     assert {row[COMMIT_VERSION] for row in held.frame.select(COMMIT_VERSION).collect()} == {1, 2, 3, 4}
 
 
-def test_other_shapes_and_large_ranges_are_left_to_spark(spark, tmp_path):
+def test_large_ranges_and_other_metadata_are_left_to_spark(spark, tmp_path):
     uri = str(tmp_path / "t")
     _create(spark, uri)
     spark.sql(f"INSERT INTO delta.`{uri}` SELECT * FROM delta.`{uri}`")
     assert feed_in_driver(spark, uri, 0, 1, limit=19) is None  # 20 rows appended
     held = feed_in_driver(spark, uri, 0, 1, limit=20)
     assert held is not None and held.rows == held.arriving == 20
-    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 4")  # a deletion vector, with no change files
-    assert feed_in_driver(spark, uri, 1, 2) is None
+    spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 4")  # deletion vectors, with no change files
+    assert feed_in_driver(spark, uri, 1, 2, limit=1) is None  # the rows the vectors mark count, 2
+    held = feed_in_driver(spark, uri, 1, 2, limit=2)
+    assert held is not None and _rows(held.frame) == _rows(_spark_feed(spark, uri, 1, 2, None))
+    marked = sum(action["add"]["size"] for action in commit_actions(uri, 2) if "add" in action)
+    with overridden(feed_bytes=marked - 1):  # the row groups holding the rows count, not the files
+        assert feed_in_driver(spark, uri, 1, 2) is not None
+    with overridden(feed_bytes=0):
+        assert feed_in_driver(spark, uri, 1, 2) is None
     spark.sql(f"DELETE FROM delta.`{uri}`")  # removes whole files, with no change files either
-    assert feed_in_driver(spark, uri, 2, 3) is None
+    held = feed_in_driver(spark, uri, 2, 3)
+    assert held is not None and _rows(held.frame) == _rows(_spark_feed(spark, uri, 2, 3, None))
     spark.sql(f"ALTER TABLE delta.`{uri}` ADD COLUMNS (extra int)")
     assert feed_in_driver(spark, uri, 0, 1) is None  # the latest metadata is not the range's
 
@@ -157,7 +168,10 @@ def test_the_driver_tells_a_key_that_gained_rows_as_spark_tells_it(spark, tmp_pa
     with_vectors = str(tmp_path / "dv")
     _create(spark, with_vectors)
     spark.sql(f"DELETE FROM delta.`{with_vectors}` WHERE k = 1")  # a deletion vector, no change files
-    assert key_gained_rows(with_vectors, 0, 1, ["k"]) is None  # left to Spark
+    spark.sql(f"INSERT INTO delta.`{with_vectors}` VALUES (1, 1.00, NULL, NULL, NULL, NULL)")
+    for (watermark, end), gained in {(0, 1): False, (0, 2): False, (1, 2): True}.items():
+        spark_says = some_key_gained_rows(read_change_feed(spark, with_vectors, watermark, end, ["k"]), ["k"])
+        assert key_gained_rows(with_vectors, watermark, end, ["k"]) is spark_says is gained, (watermark, end)
 
 
 def test_key_sums_carry_a_key_across_batches_and_compactions():
@@ -182,11 +196,12 @@ def test_the_change_files_key_range_is_the_change_rows_range(spark, tmp_path):
     spark.sql(f"UPDATE delta.`{uri}` SET s = 'updated' WHERE k IN (3, 11)")
     spark.sql(f"DELETE FROM delta.`{uri}` WHERE k = 16")
     spark.sql(f"INSERT INTO delta.`{uri}` VALUES (100, 1.50, NULL, NULL, NULL, NULL)")  # an append: no change files
-    feed = _spark_feed(spark, uri, 0, 2, None)
-    for column in ("k", "day"):
-        low, high = feed.agg({column: "min"}).first()[0], feed.agg({column: "max"}).first()[0]
-        assert change_key_range(uri, 0, 2, column) == ChangeKeyRange(low, high, False, feed.count())
-    assert change_key_range(uri, 0, 3, "k") is None  # version 3 wrote no change files
+    for end in (2, 3):  # version 3 wrote no change files: its appended file's footer bounds its rows
+        feed = _spark_feed(spark, uri, 0, end, None)
+        for column in ("k", "day"):
+            low, high = feed.agg({column: "min"}).first()[0], feed.agg({column: "max"}).first()[0]
+            nulls = feed.where(f"{column} IS NULL").count() > 0
+            assert change_key_range(uri, 0, end, column) == ChangeKeyRange(low, high, nulls, feed.count())
     assert change_key_range(uri, 0, 2, "no_such_column") is None
     spark.sql(f"UPDATE delta.`{uri}` SET s = 'again' WHERE k = 100")
     assert change_key_range(uri, 3, 4, "at") == ChangeKeyRange(None, None, True, 2)  # only NULLs

@@ -184,6 +184,7 @@ def arrow_as_frame(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     from pyspark.sql.pandas.types import _check_arrow_table_timestamps_localize, to_arrow_schema
 
     context: Any = spark.sparkContext
+    table = _without_empty_chunks(table)
     if context._encryption_enabled:
         return spark.createDataFrame(table, schema=schema)
     conf = _session_conf(spark)
@@ -208,6 +209,21 @@ def arrow_as_frame(spark: SparkSession, table: pa.Table, schema: StructType) -> 
     frame = DataFrame(made, spark)
     frame._schema = schema  # as PySpark's method sets it: no JVM call to read it back
     return frame
+
+
+def _without_empty_chunks(table: pa.Table) -> pa.Table:
+    """`table` in one chunk per column when some chunk is empty or some column has none:
+    Spark's reader of an Arrow stream (under PySpark's method too) stops at the first batch
+    of no rows and drops every row after it (a range's feed with a change file of no rows
+    made one), and PySpark's timestamp localization cannot rebuild a nested or dictionary
+    column of no chunks (an Arrow filter that keeps no row leaves its columns so)."""
+    import pyarrow as pa
+
+    if all(column.num_chunks and all(len(chunk) for chunk in column.chunks) for column in table.columns):
+        return table
+    if table.num_rows:
+        return table.combine_chunks()
+    return pa.Table.from_arrays([pa.array([], field.type) for field in table.schema], schema=table.schema)
 
 
 _SESSION_CONFS: weakref.WeakKeyDictionary[SparkSession, Any] = weakref.WeakKeyDictionary()

@@ -51,11 +51,13 @@ class Sizes:
 
     # ---- change feeds read by the driver -----------------------------------------------
     feed_rows: int = 50_000
-    """The most change rows of a range the driver reads from the change files (about 10 MB
-    of TPC-H line items; an RF1 + RF2 pair at SF 1 is 12 k rows); larger ranges are read by
-    Spark."""
+    """The most change rows of a range the driver reads from its files (about 10 MB of TPC-H
+    line items; an RF1 + RF2 pair at SF 1 is 12 k rows), counted as the rows taken (a
+    deletion vector's new marks, not its file's rows); larger ranges are read by Spark."""
     feed_bytes: int = 64 << 20
-    """A range whose change files exceed this size is Spark's before any footer is opened."""
+    """The most bytes a range's feed reads: files read whole count their logged size
+    (checked before any footer is opened), files of which a deletion vector selects a few
+    rows the row groups that hold them."""
     join_feed_rows: int = 250_000
     """The most change rows of one upstream a join round reads and nets in the driver:
     Spark's reader, cache and counts cost 1.4 s of a round at TPC-H SF 10 (an RF1 + RF2

@@ -2,10 +2,11 @@
 
 Before reading, the range is checked from the Delta log alone (no data is read): every
 version in it must still have its log entry and every file its change feed is made of
-(change files, or the added and removed data files of commits without them), and the
-schema must not have changed since the MV's watermark. A gap would make the MV silently
-skip changes, so it is an error that says how to recover. The rows themselves are read
-by delta-spark on the executors (`readChangeFeed`), only the columns the query needs.
+(change files, or the added and removed data files of commits without them and their
+deletion vectors), and the schema must not have changed since the MV's watermark. A gap
+would make the MV silently skip changes, so it is an error that says how to recover. The
+rows themselves are read by delta-spark on the executors (`readChangeFeed`), only the
+columns the query needs.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from airflow_backfill.engine.delta.deletion_vectors import vector_path
 from airflow_backfill.engine.delta.log import arrow_schema, commit_actions, open_upstream
 from airflow_backfill.exceptions import UpstreamError
 from airflow_backfill.storage import files
@@ -81,7 +83,8 @@ def read_upstream_as_of(spark: SparkSession, uri: str, version: int) -> DataFram
 
 
 def check_range_readable(source: str, watermark: int, end_version: int) -> None:
-    """Every log entry and change file of versions (watermark, end_version] still exists."""
+    """Every log entry of versions (watermark, end_version] and every file their feed is
+    read from (`change_files`) still exists."""
     _check_versions_available(source, watermark, end_version)
     _check_change_files_available(source, watermark, end_version)
 
@@ -106,17 +109,22 @@ def change_files(source: str, version: int) -> list[str]:
     """The files the change feed of one upstream version is read from.
 
     A commit with `cdc` actions is read from its change files only; a commit without
-    them (a plain append or whole-file delete) from its added and data-changing removed files.
+    them (an append, a whole-file delete, a DELETE with deletion vectors) from its added
+    and data-changing removed files and the deletion vectors stored beside them.
     """
     cdc: list[str] = []
     data: list[str] = []
+    vectors: list[str] = []
     for action in commit_actions(source, version):
         if "cdc" in action:
-            cdc.append(action["cdc"]["path"])
+            cdc.append(join(source, unquote(action["cdc"]["path"])))
         for kind in ("add", "remove"):
             if kind in action and action[kind].get("dataChange", True):
-                data.append(action[kind]["path"])
-    return [join(source, unquote(path)) for path in (cdc or data)]
+                data.append(join(source, unquote(action[kind]["path"])))
+                vector = action[kind].get("deletionVector")
+                if vector and vector.get("storageType") != "i":
+                    vectors.append(vector_path(source, vector))
+    return cdc or data + sorted(set(vectors))
 
 
 def change_bytes(source: str, version: int) -> int:

@@ -3,17 +3,20 @@
 Why: Spark's change feed reader costs a round 0.8 - 1 s whatever it carries (Delta's
 change-feed relation, its planning, a job to cache the rows and one to count them),
 where the line items of an RF1 + RF2 pair (12 k rows in two files) take 0.06 s to read
-with Arrow. A range whose log shows it is small and of a simple shape is read here:
+with Arrow. A range whose log shows it is small and of a shape the driver reads is read
+here:
 
 - a commit with change files (`cdc` actions: DELETE, UPDATE, MERGE, and the engine's own
   overwrites of tables the driver holds, `overwrite_feed`) is read from them alone, as
   Delta's reader does;
-- a commit without change files that only adds data files without deletion vectors (a
-  blind append) is read as inserts of those files' rows.
+- a commit without change files (a blind append, a DELETE with deletion vectors, a whole
+  file removed) is read from its data files, only the rows Delta's reader derives from
+  them and their vectors (`vector_changes`): for a vector's new marks, only the row
+  groups that hold them (`row_positions`).
 
-Anything else (removed data files without change files, deletion vectors on added
-files, partition values or column mapping, more rows than the limit, a column type
-Arrow cannot carry) is left to Spark's reader, which handles every case.
+Anything else (partition values or column mapping, vectors Delta's reader compares in
+ways the driver does not, more rows than the limit, a column type Arrow cannot carry) is
+left to Spark's reader, which handles every case.
 
 A recompute that proves the upstream's key from the feed asks less of a larger range:
 whether some key gained rows (`key_gained_rows`), from the key columns alone, summed
@@ -23,9 +26,8 @@ took 2 s to read and shuffle them.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -39,6 +41,14 @@ from airflow_backfill.engine.delta.change_feed import (
 )
 from airflow_backfill.engine.delta.driver_rows import local_relation
 from airflow_backfill.engine.delta.log import commit_actions, load_table, spark_schema
+from airflow_backfill.engine.delta.row_positions import (
+    RowSelection,
+    bytes_read,
+    groups_holding,
+    read_selected,
+    selected_batches,
+)
+from airflow_backfill.engine.delta.vector_changes import INSERT, FileChange, commit_file_changes
 from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
@@ -69,12 +79,22 @@ class HeldFeed:
 @dataclass(frozen=True)
 class ChangeFile:
     """One file a range's change rows are read from: a change file (`is_cdc`, with a
-    `_change_type` column) or an appended data file (every row an insert)."""
+    `_change_type` column), or a data file whose `selection` of rows are all of
+    `change_type` (an appended file's rows, a removed file's, a vector's new marks)."""
 
     uri: str
     version: int
     rows: int
+    """Change rows read from the file."""
     is_cdc: bool
+    change_type: str = INSERT
+    """The change type of a data file's rows."""
+    selection: RowSelection | None = None
+    """A data file's rows that changed; None: every row."""
+
+    @classmethod
+    def of_data_file(cls, change: FileChange, version: int) -> ChangeFile:
+        return cls(change.uri, version, change.rows, False, change.change_type, change.selection)
 
 
 def feed_in_driver(
@@ -82,10 +102,10 @@ def feed_in_driver(
     *, limit: int | None = None,
 ) -> HeldFeed | None:
     """The change rows of versions (watermark, end_version] (the upstream's `columns`, all
-    when None), or None when the range is not small and simple (see the module's text):
-    then the caller reads it with Spark. The range is checked as Spark's reader is checked
-    first (`check_range_readable`): its log entries and change files must exist. `limit`:
-    the most change rows (default `sizes.feed_rows`)."""
+    when None), or None when the range is not small or not of a shape the driver reads
+    (see the module's text): then the caller reads it with Spark. The range is checked as
+    Spark's reader is checked first (`check_range_readable`): the files its feed is read
+    from must exist. `limit`: the most change rows (default `sizes.feed_rows`)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     limit = sizes().feed_rows if limit is None else limit
@@ -141,12 +161,13 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
         wanted = [*key, CHANGE_TYPE] if change.is_cdc else list(key)
         if set(wanted) - set(files.parquet_metadata(change.uri).schema.names):
             return None
-        for batch in files.parquet_batches(change.uri, wanted, _KEY_BATCH_ROWS, dictionary=[CHANGE_TYPE]):
+        for batch in selected_batches(change.uri, wanted, change.selection, batch_rows=_KEY_BATCH_ROWS,
+                                      dictionary=[CHANGE_TYPE] if change.is_cdc else ()):
             try:
                 columns = [batch.column(column).cast(kind) for column, kind in zip(key, types, strict=True)]
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return None
-            sums.add(columns, batch.column(CHANGE_TYPE) if change.is_cdc else None)
+            sums.add(columns, batch.column(CHANGE_TYPE) if change.is_cdc else change.change_type)
     gained = sums.any_gained()
     log.info("key columns of versions %s..%s read by the driver: %s change rows, %s keys with rows gained or "
              "lost", watermark + 1, end_version, sum(change.rows for change in change_files), sums.kept)
@@ -155,42 +176,71 @@ def key_gained_rows(source: str, watermark: int, end_version: int, key: Sequence
 
 @dataclass(frozen=True)
 class ChangeKeyRange:
-    """A key column's range over a range's change rows, read from the change files' footers."""
+    """A key column's range over a range's change rows, read from the footers of the files
+    they are read from."""
 
     low: Any
-    """The lowest non-NULL value (None when every value is NULL)."""
+    """The lowest non-NULL value or less (None when every value is NULL)."""
     high: Any
+    """The highest non-NULL value or more."""
     has_nulls: bool
+    """Whether some change row may hold NULL."""
     rows: int
-    """The change rows (the files' row counts)."""
+    """The change rows (a change file's rows, a data file's changed rows)."""
 
 
 def change_key_range(source: str, watermark: int, end_version: int, column: str) -> ChangeKeyRange | None:
     """`column`'s range over the change rows of versions (watermark, end_version], from the
-    statistics in the change files' footers (no rows read); None when a version has no
-    change files, the range has more than `sizes.range_files` of them, or a file has no
-    statistics for the column. What the planner needs before the feed to know which of
-    the MV's files a round must read."""
-    uris: list[str] = []
-    for version in range(watermark + 1, end_version + 1):
-        cdc = [action["cdc"] for action in commit_actions(source, version) if "cdc" in action]
-        if not cdc:
+    statistics in the footers of the files they are read from (no rows read): a change
+    file's, or those of the row groups of a data file that hold its changed rows (then
+    bounds that may be wider than the rows'). None when a version has a shape the driver
+    does not read (`range_files`), the range has no change rows or more than
+    `sizes.range_files` files, a file has no statistics for the column, or a file is gone
+    (the feed's reader then says the upstream was vacuumed). What the planner needs
+    before the feed to know which of the MV's files a round must read."""
+    try:
+        read = _range_footers(source, watermark, end_version)
+        if read is None:
             return None
-        uris += [join(source, unquote(change["path"])) for change in cdc]
-        if len(uris) > sizes().range_files:
-            return None
-    footers = [files.parquet_metadata(uri) for uri in uris]
-    bounds = [_column_bounds(footer, column) for footer in footers]
-    known = [bound for bound in bounds if bound is not None]
-    if not known or len(known) < len(bounds):
+        bounds, rows = [], 0
+        for uri, selection, changed in read:
+            footer = files.parquet_metadata(uri)
+            groups = range(footer.num_row_groups) if selection is None else groups_holding(footer, selection)
+            bound = None if groups is None else _column_bounds(footer, column, groups)
+            if bound is None:
+                return None
+            bounds.append(bound)
+            rows += footer.num_rows if changed is None else changed
+    except FileNotFoundError:
         return None
-    return ChangeKeyRange(min((low for low, _, _ in known if low is not None), default=None),
-                          max((high for _, high, _ in known if high is not None), default=None),
-                          any(nulls for _, _, nulls in known), sum(footer.num_rows for footer in footers))
+    if not bounds:
+        return None
+    return ChangeKeyRange(min((low for low, _, _ in bounds if low is not None), default=None),
+                          max((high for _, high, _ in bounds if high is not None), default=None),
+                          any(nulls for _, _, nulls in bounds), rows)
 
 
-def _column_bounds(metadata: Any, column: str) -> tuple[Any, Any, bool] | None:
-    """(lowest, highest, any NULL) of a top-level `column` over a file's row groups from
+def _range_footers(source: str, watermark: int, end_version: int
+                   ) -> list[tuple[str, RowSelection | None, int | None]] | None:
+    """Each file a range's change rows are read from, its rows that changed (None: all) and
+    how many (None: the file's rows); None for a shape the driver does not read, or more
+    than `sizes.range_files` files."""
+    read: list[tuple[str, RowSelection | None, int | None]] = []
+    for version in range(watermark + 1, end_version + 1):
+        actions = commit_actions(source, version)
+        cdc = [join(source, unquote(action["cdc"]["path"])) for action in actions if "cdc" in action]
+        changes = [] if cdc else commit_file_changes(source, actions)
+        if changes is None:
+            return None
+        read += [(uri, None, None) for uri in cdc]
+        read += [(change.uri, change.selection, change.rows) for change in changes]
+        if len(read) > sizes().range_files:
+            return None
+    return read
+
+
+def _column_bounds(metadata: Any, column: str, groups: Iterable[int]) -> tuple[Any, Any, bool] | None:
+    """(lowest, highest, any NULL) of a top-level `column` over a file's row `groups` from
     their statistics (lowest and highest None when every value is NULL); None when a
     row group has none."""
     names = [metadata.schema.column(i).path.lower() for i in range(metadata.num_columns)]
@@ -198,7 +248,7 @@ def _column_bounds(metadata: Any, column: str) -> tuple[Any, Any, bool] | None:
         return None
     index = names.index(column.lower())
     lows, highs, nulls = [], [], False
-    for group in range(metadata.num_row_groups):
+    for group in groups:
         statistics = metadata.row_group(group).column(index).statistics
         if statistics is None or not statistics.has_null_count:
             return None
@@ -228,13 +278,14 @@ class _KeySums:
         self._part_rows = 0
         self.kept = 0
 
-    def add(self, columns: list[pa.Array], change_types: pa.Array | None) -> None:
-        """One batch: `change_types` None means every row arrives (an appended file)."""
+    def add(self, columns: list[pa.Array], change_types: pa.Array | str) -> None:
+        """One batch, with each row's change type, or the one type of them all (a data
+        file's rows)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        if change_types is None:
-            signs = pa.array([1] * len(columns[0]), pa.int64())
+        if isinstance(change_types, str):
+            signs = pa.array([1 if change_types in ARRIVING else -1] * len(columns[0]), pa.int64())
         else:
             signs = pc.if_else(pc.is_in(change_types.cast(pa.string()), value_set=pa.array(ARRIVING)), 1, -1)
         self._append(self._summed(pa.table([*columns, signs.cast(pa.int64())], names=[*self._names, self._SIGN])))
@@ -281,51 +332,64 @@ def range_schema(source: str, end_version: int) -> StructType | None:
     return spark_schema(table)
 
 
-def range_files(source: str, watermark: int, end_version: int, limit: int,
-                max_bytes: int | None = None) -> list[ChangeFile] | None:
+def range_files(source: str, watermark: int, end_version: int, limit: int, max_bytes: int | None = None, *,
+                in_part: bool = True) -> list[ChangeFile] | None:
     """The files each version's change rows are read from, or None when a version has a
-    shape left to Spark or the range holds more than `limit` rows or `max_bytes` (default
-    `sizes.feed_bytes`) of change files. The range is checked first as Spark's reader
-    checks it (`check_range_readable`): a vacuumed file is the error that says so, not a
-    footer that failed to open."""
+    shape left to Spark, or the range holds more than `limit` change rows or reads more
+    than `max_bytes` (default `sizes.feed_bytes`): files read whole count their logged
+    size (before any footer is opened), files of which a vector names a few rows the row
+    groups that hold them. `in_part`: whether data files read in part (a vector's rows, or
+    the rows a vector leaves) are taken; else their range is left to Spark. The range is
+    checked first as Spark's reader checks it (`check_range_readable`): a vacuumed file is
+    the error that says so, not a footer that failed to open."""
     check_range_readable(source, watermark, end_version)
     max_bytes = sizes().feed_bytes if max_bytes is None else max_bytes
     found: list[ChangeFile] = []
-    change_bytes = 0
+    read_bytes = rows = 0
     for version in range(watermark + 1, end_version + 1):
         actions = commit_actions(source, version)
         cdc = [action["cdc"] for action in actions if "cdc" in action]
-        change_bytes += sum(int(change.get("size") or 0) for change in cdc)
-        if change_bytes > max_bytes:  # before any footer is opened
+        changes = [] if cdc else commit_file_changes(source, actions)
+        if changes is None or not in_part and any(change.selection is not None for change in changes):
             return None
-        if cdc:
-            found += [ChangeFile(uri, version, _parquet_rows(uri), True)
-                      for uri in (join(source, unquote(change["path"])) for change in cdc)]
-        else:
-            shape = _appended_files(source, version, actions)
-            if shape is None:
-                return None
-            found += shape
-        if sum(change.rows for change in found) > limit:
+        read_bytes += sum(int(entry.get("size") or 0) for entry in cdc)
+        read_bytes += sum(change.size for change in changes if not _marks_only(change.selection))
+        if read_bytes > max_bytes:
             return None
+        in_version = [ChangeFile(uri, version, _parquet_rows(uri), True)
+                      for uri in (join(source, unquote(entry["path"])) for entry in cdc)]
+        in_version += [ChangeFile.of_data_file(change, version) for change in changes]
+        rows += sum(change.rows for change in in_version)
+        if rows > limit:
+            return None
+        marked = _marked_bytes(in_version)
+        if marked is None or read_bytes + marked > max_bytes:
+            return None
+        read_bytes += marked
+        found += in_version
     return found
 
 
-def _appended_files(source: str, version: int, actions: list[dict[str, Any]]) -> list[ChangeFile] | None:
-    """A commit without change files: its added data files, when it adds only whole files
-    with their row counts in their statistics; None for anything else."""
-    appended: list[ChangeFile] = []
-    for action in actions:
-        if "remove" in action and action["remove"].get("dataChange", True):
-            return None
-        add = action.get("add")
-        if add is None or not add.get("dataChange", True):
+def _marks_only(selection: RowSelection | None) -> bool:
+    """A data file's few rows a vector names, read from the row groups that hold them."""
+    return selection is not None and not selection.inverted
+
+
+def _marked_bytes(change_files: list[ChangeFile]) -> int | None:
+    """The bytes of the row groups that hold the files' rows named by vectors (from their
+    footers); None when a vector names rows its file does not have."""
+    total = 0
+    for change in change_files:
+        selection = change.selection
+        if selection is None or selection.inverted:
             continue
-        rows = json.loads(add.get("stats") or "{}").get("numRecords")
-        if add.get("deletionVector") or rows is None:
+        metadata = files.parquet_metadata(change.uri)
+        groups = groups_holding(metadata, selection)
+        if groups is None:
+            log.info("change feed left to Spark: %s has fewer rows than its deletion vector names", change.uri)
             return None
-        appended.append(ChangeFile(join(source, unquote(add["path"])), version, int(rows), False))
-    return appended
+        total += bytes_read(metadata, groups)
+    return total
 
 
 def _parquet_rows(uri: str) -> int:
@@ -346,11 +410,11 @@ def _read(change_files: list[ChangeFile], columns: list[str], schema: StructType
     parts = []
     for change in change_files:
         wanted = [*columns, CHANGE_TYPE] if change.is_cdc else columns
-        read = files.read_parquet_columns(change.uri, wanted)
+        read = read_selected(change.uri, wanted, change.selection)
         if set(wanted) - set(read.column_names):  # e.g. a file written before a column was added
             log.info("change feed left to Spark: %s lacks some of %s", change.uri, wanted)
             return None
-        kinds = read.column(CHANGE_TYPE) if change.is_cdc else pa.array(["insert"] * read.num_rows)
+        kinds = read.column(CHANGE_TYPE) if change.is_cdc else pa.array([change.change_type] * read.num_rows)
         arrays = [*(read.column(name) for name in columns), kinds, pa.array([change.version] * read.num_rows)]
         try:
             parts.append(pa.table([array.cast(field.type) for array, field in zip(arrays, target, strict=True)],

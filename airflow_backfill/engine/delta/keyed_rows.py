@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from airflow_backfill.engine.delta.deletion_vectors import deleted_rows
 from airflow_backfill.engine.delta.key_lookup import comparable_key, contains
+from airflow_backfill.engine.delta.row_positions import RowSelection, read_selected
 from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 
@@ -119,18 +120,12 @@ def rows_at(found: FoundRows, columns: Sequence[str]) -> pa.Table | None:
     parts = []
     for index, live in enumerate(found.files):
         mine = found.rows.filter(pc.equal(found.rows.column(FILE), index))
-        positions = np.sort(mine.column(POSITION).to_numpy())
-        with files.parquet_file(live.uri) as parquet:
-            if any(column not in parquet.schema_arrow.names for column in columns):
-                return None
-            start = 0
-            for group in range(parquet.num_row_groups):
-                end = start + parquet.metadata.row_group(group).num_rows
-                inside = positions[(positions >= start) & (positions < end)]
-                if len(inside):
-                    rows = _plain(parquet.read_row_group(group, columns=list(columns)))
-                    parts.append(rows.take(pa.array(inside - start)))
-                start = end
+        if not mine.num_rows:
+            continue
+        rows = read_selected(live.uri, list(columns), RowSelection.at(np.unique(mine.column(POSITION).to_numpy())))
+        if any(column not in rows.column_names for column in columns):
+            return None
+        parts.append(_plain(rows.select(list(columns))))
     if not parts:
         return None if found.rows.num_rows else pa.table({})
     try:

@@ -4,9 +4,11 @@ Why: Delta's change-feed relation plans its own scan of the range (0.3 s), and a
 that needs the range's row count then caches and counts it (0.6 s more for the 120 k
 change rows of an RF1 + RF2 pair at TPC-H SF 10), where the log and the files' footers
 already say which files hold the rows and how many there are. A range of the shape the
-driver reads (`driver_feed`: change files, or blind appends without deletion vectors)
-but too large to hold is read here with Spark's Parquet reader, given the table's schema,
-so nothing is planned but the scan of those files and nothing is counted.
+driver reads (`driver_feed`) whose files are all read whole (change files, files appended
+or removed whole without deletion vectors) but too large to hold is read here with
+Spark's Parquet reader, given the table's schema, so nothing is planned but the scan of
+those files and nothing is counted. Files of which a deletion vector selects rows are
+left to Delta's reader, which filters them by row index as it scans.
 """
 
 from __future__ import annotations
@@ -33,9 +35,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
-
-_INSERT = "insert"
-"""The change type of an appended file's rows, as Delta's reader gives it."""
 
 _READER_FEATURES_LEFT_TO_DELTA = frozenset({"typeWidening", "typeWidening-preview"})
 """Files of a widened column hold the narrower type, which Delta's reader converts."""
@@ -70,7 +69,7 @@ def listed_feed(spark: SparkSession, source: str, watermark: int, end_version: i
         return None
     upstream = range_schema(source, end_version)
     found = None if upstream is None else range_files(source, watermark, end_version, sizes().listed_feed_rows,
-                                                      max_bytes=sizes().listed_feed_bytes)
+                                                      max_bytes=sizes().listed_feed_bytes, in_part=False)
     if upstream is None or found is None:
         return None
     fields = {field.name: field for field in upstream.fields}
@@ -78,14 +77,15 @@ def listed_feed(spark: SparkSession, source: str, watermark: int, end_version: i
         return None
     wanted = [fields[column] for column in columns]
     parts = []
-    for (version, is_cdc), group in groupby(found, key=lambda change: (change.version, change.is_cdc)):
+    for (version, is_cdc, change_type), group in groupby(
+            found, key=lambda change: (change.version, change.is_cdc, change.change_type)):
         uris = [change.uri for change in group]
         if is_cdc:
             read = read_parquet_files(spark, StructType([*wanted, StructField(CHANGE_TYPE, StringType())]), uris)
             kind = F.col(CHANGE_TYPE)
         else:
             read = read_parquet_files(spark, StructType(wanted), uris)
-            kind = F.lit(_INSERT)
+            kind = F.lit(change_type)
         parts.append(read.select(*(F.col(f"`{c}`") for c in columns), kind.alias(CHANGE_TYPE),
                                  F.lit(version).cast("long").alias(COMMIT_VERSION)))
     if not parts:
@@ -94,7 +94,8 @@ def listed_feed(spark: SparkSession, source: str, watermark: int, end_version: i
     for part in parts[1:]:
         frame = frame.unionByName(part)
     rows = sum(change.rows for change in found)
-    arriving = sum(change.rows if not change.is_cdc else _arriving_rows(change.uri) for change in found)
+    arriving = sum(_arriving_rows(change.uri) if change.is_cdc else change.rows
+                   for change in found if change.is_cdc or change.change_type in ARRIVING)
     log.info("change feed of versions %s..%s read from %s listed files: %s rows", watermark + 1, end_version,
              len(found), rows)
     return ListedFeed(frame, rows, arriving, upstream)
