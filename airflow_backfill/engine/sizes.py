@@ -102,6 +102,15 @@ class Sizes:
     """The most files of a table whose file list Delta keeps in each commit's checksum: an
     overwrite, replace or delete then needs no rebuild of the table's state (a one-key
     delete from 120 files: 0.66 s listed, 1.95 s not)."""
+    mv_file_rows: int = 1_048_576
+    """The most rows of each MV file a snapshot writes, its rows sorted by the MV's key
+    (0: Spark's own files, unsorted and unbounded): keys that lie together then sit in one
+    file of each of the write's tasks, and a table of a billion rows stays within
+    `listed_files` files."""
+    mv_row_group_rows: int = 16_384
+    """The most rows of each Parquet row group of those files (0: Parquet's own bound, 128
+    MiB): a lookup of 500 neighbouring keys in a 2 M-row MV read the key values of 32,768
+    rows instead of 2,000,000 (docs/sizes.md)."""
     one_file_rows: int = 100_000
     """Tables of up to this many rows are overwritten into one file by one task (TPC-H Q3's
     state and MV overwrites at SF 1: 0.66 s in four files, 0.55 s in one)."""

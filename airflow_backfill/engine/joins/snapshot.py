@@ -187,7 +187,8 @@ def _create_in_one_commit(spark: SparkSession, job: BackfillJob, plan: JoinPlan,
         info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=settings.backfill_parallelism, rows=count,
                           extra=metadata)
         append(rows.coalesce(settings.backfill_parallelism), job.target, app_id=job.app_id, version=progress.epoch,
-               user_metadata=info.user_metadata(job), create=True, table_properties=feed_reader_properties(job))
+               user_metadata=info.user_metadata(job), create=True, table_properties=feed_reader_properties(job),
+               laid_out_by=plan.mv_key)
     finally:
         rows.unpersist()
     progress.done[0] = DoneChunk(index=0, rows_in=progress.rows_total, rows_out=count,
