@@ -49,9 +49,9 @@ def layouts(sweep: bool) -> list[tuple[int, int]]:
     chosen = (Sizes().mv_file_rows, Sizes().mv_row_group_rows)
     found = [TODAY, chosen]
     if sweep:
-        for group_rows in (1 << 20, 1 << 18, 1 << 16, 1 << 14, 1 << 12):
+        for group_rows in (1 << 20, 1 << 18, 1 << 16, 1 << 12):
             found.append((chosen[0], group_rows))
-        for file_rows in (1 << 18, 1 << 20, 1 << 22):
+        for file_rows in (250_000, 4_000_000):
             found.append((file_rows, chosen[1]))
     return list(dict.fromkeys(found))
 

@@ -102,7 +102,7 @@ class Sizes:
     """The most files of a table whose file list Delta keeps in each commit's checksum: an
     overwrite, replace or delete then needs no rebuild of the table's state (a one-key
     delete from 120 files: 0.66 s listed, 1.95 s not)."""
-    mv_file_rows: int = 1_048_576
+    mv_file_rows: int = 1_000_000
     """The most rows of each MV file a snapshot writes, its rows sorted by the MV's key
     (0: Spark's own files, unsorted and unbounded): keys that lie together then sit in one
     file of each of the write's tasks, and a table of a billion rows stays within
