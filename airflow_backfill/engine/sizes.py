@@ -115,6 +115,20 @@ class Sizes:
     """Tables of up to this many rows are overwritten into one file by one task (TPC-H Q3's
     state and MV overwrites at SF 1: 0.66 s in four files, 0.55 s in one)."""
 
+    # ---- compaction of a patched table ------------------------------------------------------
+    small_file_bytes: int = 8 * 1024 * 1024
+    """Files smaller than this count as small for a compaction (`delta/compaction.py`): a
+    round's patch file is a few kB, a snapshot's file of `mv_file_rows` narrow rows tens of
+    MB."""
+    compact_files: int = 32
+    """More small live files than this make a table compacted by the driver."""
+    rewrite_deleted_share: float = 0.5
+    """A larger file whose deletion vector hides more than this share of its rows is
+    rewritten by a compaction: its readers read twice the rows they keep."""
+    compact_bytes: int = 64 * 1024 * 1024
+    """The most bytes of files one compaction reads in the driver; a file mostly hidden but
+    larger is left for OPTIMIZE or REORG (`maintenance.py`)."""
+
     # ---- joins ----------------------------------------------------------------------------
     small_join_rows: int = 1_000_000
     """Upstream rows, all upstreams together, up to which a join round keeps the telescoped
