@@ -41,13 +41,15 @@ KEYS = 500
 TODAY = (0, 0)
 
 
-def layouts(sweep: bool) -> list[tuple[int, int]]:
+def layouts(sweep: bool, named: str | None = None) -> list[tuple[int, int]]:
     """(rows per file, rows per row group): Spark's own, the defaults, and with `sweep` the
-    bounds around them."""
+    bounds around them; `named` ("0x0,1000000x262144"): those and the defaults."""
     from airflow_backfill.engine.sizes import Sizes
 
     chosen = (Sizes().mv_file_rows, Sizes().mv_row_group_rows)
     found = [TODAY, chosen]
+    if named:
+        found += [(int(files), int(groups)) for files, groups in (item.split("x") for item in named.split(","))]
     if sweep:
         for group_rows in (1 << 20, 1 << 18, 1 << 16, 1 << 12):
             found.append((chosen[0], group_rows))
@@ -182,14 +184,13 @@ def scan_seconds(spark: Any, uri: str, repeats: int) -> float:
     return round(statistics.median(times), 3)
 
 
-def measure(work: Path, rows: int, repeats: int, sets: int, sweep: bool) -> dict[str, Any]:
+def measure(work: Path, rows: int, repeats: int, sets: int, chosen: list[tuple[int, int]]) -> dict[str, Any]:
     from airflow_backfill.engine.spark_session import build_spark_session
 
     spark = build_spark_session("bench:snapshot_layout", 2)
     clock = JvmClock()
     upstream = str(work / "orders")
     write_upstream(upstream, rows)
-    chosen = layouts(sweep)
     targets = {layout: str(work / f"mv_{layout[0]}_{layout[1]}") for layout in chosen}
     for layout in chosen:  # warm-up: class loading and code generation, not measured
         snapshot_seconds(spark, upstream, targets[layout], layout, clock)
@@ -225,7 +226,8 @@ def _medians(name: str, runs: list[tuple[float, float]]) -> dict[str, Any]:
     return {f"{name}_s": [round(wall, 3) for wall, _ in runs],
             f"{name}_median_s": round(statistics.median(wall for wall, _ in runs), 3),
             f"{name}_cpu_s": [round(cpu, 3) for _, cpu in runs],
-            f"{name}_cpu_median_s": round(statistics.median(cpu for _, cpu in runs), 3)}
+            f"{name}_cpu_median_s": round(statistics.median(cpu for _, cpu in runs), 3),
+            f"{name}_cpu_min_s": round(min(cpu for _, cpu in runs), 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,13 +237,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="snapshots per layout (medians)")
     parser.add_argument("--lookups", type=int, default=5, help="key sets per kind of lookup (medians)")
     parser.add_argument("--sweep", action="store_true", help="also the bounds around the defaults")
+    parser.add_argument("--layouts", default=None, help='also these layouts, "FILE_ROWSxGROUP_ROWS,..."')
     parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one)")
     parser.add_argument("--output", default=None, help="result file (default: bench/results/, by date and commit)")
     args = parser.parse_args(argv)
     meta = run_record.run_meta("snapshot_layout", "snapshot_layout.py", argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="snapshot_layout-", dir=args.work_dir) as work:
-        measured = measure(Path(work), args.rows, args.repeats, args.lookups, args.sweep)
+        measured = measure(Path(work), args.rows, args.repeats, args.lookups, layouts(args.sweep, args.layouts))
     result = {"meta": run_record.finish_meta(meta, time.monotonic() - started), "snapshot_layout": measured}
     print(json.dumps(measured, indent=1))
     print(f"wrote {run_record.write_result(result, args.output)}")
