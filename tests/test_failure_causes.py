@@ -322,9 +322,11 @@ def test_an_unreadable_upstream_keeps_an_unfinished_snapshot_for_a_rerun(spark, 
     done = sorted(load_progress(tables["target"]).done)
     assert done == [0]
 
-    pin = ("import json, sys\nfrom airflow_backfill.engine.phases.snapshot import _pin_epoch\n"
+    pin = ("import json, sys\nfrom airflow_backfill.engine.phases.snapshot import OneUpstream\n"
+           "from airflow_backfill.engine.snapshot_chunks.skeleton import pin_or_resume\n"
            "from airflow_backfill.job import BackfillJob\n"
-           "try:\n    _pin_epoch(BackfillJob.from_mapping(json.loads(sys.argv[1])), None)\n"
+           "job = BackfillJob.from_mapping(json.loads(sys.argv[1]))\n"
+           "try:\n    pin_or_resume(job, OneUpstream(None, job, None))\n"
            "except Exception as error:\n    print(type(error).__name__, error)\n")
     os.chmod(tables["source"], 0)
     try:

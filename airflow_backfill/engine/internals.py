@@ -368,9 +368,10 @@ class DeltaTransaction:
     """Delta's `OptimisticTransaction` on one table, opened, written to and committed by the
     engine itself (`delta/transaction_write.py` says why): its conflict checks are Delta's."""
 
-    def __init__(self, spark: SparkSession, uri: str, app_id: str, is_newest: IsNewest | None = None) -> None:
+    def __init__(self, spark: SparkSession, uri: str, app_id: str | None, is_newest: IsNewest | None = None) -> None:
         """Start at the snapshot the JVM holds when `is_newest` says it is the latest
-        (`held_snapshot`), else at the log listed again."""
+        (`held_snapshot`), else at the log listed again. `app_id`: the app transaction a
+        concurrent commit of fails this one (None: a commit that records none)."""
         self._spark = spark
         self._jvm: Any = spark._jvm
         self.log = delta_log(spark, uri)
@@ -380,7 +381,8 @@ class DeltaTransaction:
         else:
             self._java = _call("DeltaLog.startTransaction", self.log.startTransaction, scala_none(self._jvm),
                                scala_some(self._jvm, held))
-        _call("OptimisticTransaction.readTxn", lambda: self._java.readTxn().append(app_id))  # commits of app_id conflict
+        if app_id is not None:  # commits of app_id conflict
+            _call("OptimisticTransaction.readTxn", lambda: self._java.readTxn().append(app_id))
         self.creating = int(_call("OptimisticTransaction.readVersion", self._java.readVersion)) < 0
 
     @property
@@ -483,12 +485,21 @@ class DeltaTransaction:
                      scala_some(jvm, predicate), scala_some(jvm, user_metadata), none, none, none,
                      scala_some(jvm, replace_on), none)
 
-    def commit(self, actions: Any, operation: Any, tags: Any, app_id: str, version: int) -> None:
-        """Commit `actions` with the app transaction (`app_id`, `version`) in one log entry."""
-        now = static_method(self._jvm, "java.lang.Long", "valueOf")(int(time.time() * 1000))
-        _call("OptimisticTransaction.updateSetTransaction", self._java.updateSetTransaction, app_id, version,
-              scala_some(self._jvm, now))
+    def commit(self, actions: Any, operation: Any, tags: Any, app_id: str | None, version: int | None) -> None:
+        """Commit `actions` with the app transaction (`app_id`, `version`) in one log entry;
+        with no app id, a commit that leaves every app transaction as it was."""
+        if app_id is not None and version is not None:
+            now = static_method(self._jvm, "java.lang.Long", "valueOf")(int(time.time() * 1000))
+            _call("OptimisticTransaction.updateSetTransaction", self._java.updateSetTransaction, app_id, version,
+                  scala_some(self._jvm, now))
         _call("OptimisticTransaction.commit", self._java.commit, actions, operation, tags)
+
+    def compaction_operation(self) -> Any:
+        """The operation of a commit that rewrites files without changing a row, as Delta's
+        automatic compaction records it (`DeltaOperations.Optimize`, `auto`)."""
+        optimize = java_class(self._jvm, f"{DELTA}.DeltaOperations$Optimize")
+        return _call("DeltaOperations.Optimize", optimize, self.sequence([]), self.sequence([]), True,
+                     scala_none(self._jvm), False)
 
     def sequence(self, items: Iterable[Any]) -> Any:
         """A Scala `Seq` of `items`."""
@@ -604,6 +615,21 @@ def missing_class(spark: SparkSession, name: str) -> str | None:
             raise
         return str(error.java_exception.toString())
     return None
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    """Whether `error` is Delta's refusal of a commit that a concurrent commit conflicts with
+    (a `DeltaConcurrentModificationException`, raised through py4j)."""
+    from py4j.protocol import Py4JJavaError
+
+    if not isinstance(error, Py4JJavaError):
+        return False
+    kind = error.java_exception.getClass()
+    while kind is not None:
+        if str(kind.getSimpleName()) == "DeltaConcurrentModificationException":
+            return True
+        kind = kind.getSuperclass()
+    return False
 
 
 def scala_items(sequence: Any) -> Any:

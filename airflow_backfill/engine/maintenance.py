@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.delta.log import table_exists
 from airflow_backfill.engine.joins.rounds import join_plan
 from airflow_backfill.engine.planning.query import plan_query
+from airflow_backfill.engine.session_settings import session_settings
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.job import validate_optional_cap
 from airflow_backfill.storage.lease import confirm_held
@@ -96,18 +96,6 @@ def _file_count(spark: SparkSession, uri: str) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").collect()[0]["numFiles"])
 
 
-@contextmanager
-def _largest_file(spark: SparkSession, max_file_size: int | None) -> Iterator[None]:
+def _largest_file(spark: SparkSession, max_file_size: int | None) -> AbstractContextManager[None]:
     """OPTIMIZE's file size for the block only, so no later write of the session inherits it."""
-    if max_file_size is None:
-        yield
-        return
-    previous = spark.conf.get(MAX_FILE_SIZE_SETTING, None)
-    spark.conf.set(MAX_FILE_SIZE_SETTING, str(max_file_size))
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(MAX_FILE_SIZE_SETTING)
-        else:
-            spark.conf.set(MAX_FILE_SIZE_SETTING, previous)
+    return session_settings(spark, {} if max_file_size is None else {MAX_FILE_SIZE_SETTING: str(max_file_size)})

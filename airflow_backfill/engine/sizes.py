@@ -108,9 +108,34 @@ class Sizes:
     """The most files of a table whose file list Delta keeps in each commit's checksum: an
     overwrite, replace or delete then needs no rebuild of the table's state (a one-key
     delete from 120 files: 0.66 s listed, 1.95 s not)."""
+    mv_file_rows: int = 1_000_000
+    """The most rows of each MV file a snapshot writes, its rows sorted by the MV's key
+    (0: Spark's own files, unsorted and unbounded): keys that lie together then sit in one
+    file of each of the write's tasks, and a table of a billion rows stays within
+    `listed_files` files."""
+    mv_row_group_rows: int = 262_144
+    """The most rows of each Parquet row group of those files (0: Parquet's own bound, 128
+    MiB): a lookup of 500 neighbouring keys in a 2 M-row MV read 475,712 key values and
+    0.037 s of CPU instead of 2,000,000 and 0.147 s, for a snapshot within 5 % of the CPU
+    of Spark's own layout. Groups of 16,384 rows read 32,768 values but cost the snapshot
+    8 - 24 % more CPU in two runs (docs/sizes.md)."""
     one_file_rows: int = 100_000
     """Tables of up to this many rows are overwritten into one file by one task (TPC-H Q3's
     state and MV overwrites at SF 1: 0.66 s in four files, 0.55 s in one)."""
+
+    # ---- compaction of a patched table ------------------------------------------------------
+    small_file_bytes: int = 8 * 1024 * 1024
+    """Files smaller than this count as small for a compaction (`delta/compaction.py`): a
+    round's patch file is a few kB, a snapshot's file of `mv_file_rows` narrow rows tens of
+    MB."""
+    compact_files: int = 32
+    """More small live files than this make a table compacted by the driver."""
+    rewrite_deleted_share: float = 0.5
+    """A larger file whose deletion vector hides more than this share of its rows is
+    rewritten by a compaction: its readers read twice the rows they keep."""
+    compact_bytes: int = 64 * 1024 * 1024
+    """The most bytes of files one compaction reads in the driver; a file mostly hidden but
+    larger is left for OPTIMIZE or REORG (`maintenance.py`)."""
 
     # ---- joins ----------------------------------------------------------------------------
     small_join_rows: int = 1_000_000

@@ -24,6 +24,7 @@ from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.feed_readers import feed_reader_properties
 from airflow_backfill.engine.job_state import PHASE_SNAPSHOT, state_dir
 from airflow_backfill.engine.planning import aggregate_sql
+from airflow_backfill.engine.sizes import sizes
 from airflow_backfill.storage import files
 from airflow_backfill.storage.uri import join
 
@@ -88,6 +89,8 @@ def commit_aggregate_snapshot(
             rows = mv_rows.count()
         mv_info = replace(info, rows=rows, extra={**info.extra, "groups": str(groups)})
         frame = mv_rows
+        # A small MV's rounds hold it whole and rewrite it as one file: its layout stays Spark's.
+        layout = plan.mv_key if rows > sizes().held_table_rows else ()
 
         def write_state() -> None:
             append(state.coalesce(info.parallelism), state_uri(job.target), app_id=job.app_id, version=info.epoch,
@@ -96,7 +99,7 @@ def commit_aggregate_snapshot(
         def write_mv(before_commit: Callable[[], None]) -> None:
             append(frame.coalesce(info.parallelism), job.target, app_id=job.app_id, version=info.epoch,
                    user_metadata=mv_info.user_metadata(job), create=True, before_commit=before_commit,
-                   table_properties=feed_reader_properties(job))
+                   table_properties=feed_reader_properties(job), laid_out_by=layout)
 
         commit_after(write_state, write_mv, lambda: maybe_crash(PHASE_SNAPSHOT, "after_state_commit"))
     finally:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_backfill.engine.delta import commit_fence
+from airflow_backfill.engine.delta import commit_fence, file_layout
 from airflow_backfill.engine.delta.log import (
     CDF_PROPERTY,
     CHECKPOINT_INTERVAL_PROPERTY,
@@ -108,16 +108,22 @@ class CommitInfo:
 def append(
     frame: DataFrame, uri: str, *, app_id: str, version: int, user_metadata: str, create: bool = False,
     before_commit: Callable[[], None] | None = None, table_properties: Mapping[str, str] | None = None,
+    laid_out_by: Sequence[str] = (),
 ) -> bool:
     """Append `frame` to the Delta table at `uri` (created when `create`, with
     `TABLE_PROPERTIES` and `table_properties`) in one idempotent commit; False (nothing
     written) when the table already has transaction `version`. `before_commit`: as
-    `write_with_watermark`'s."""
+    `write_with_watermark`'s. `laid_out_by`: the table's key, when its files are to be laid
+    out by it (`file_layout`: sorted within files, files and row groups bounded)."""
     ensure_held(uri)
-    return write_with_watermark(frame, uri, mode=APPEND, options={}, app_id=app_id, version=version,
-                                user_metadata=user_metadata, before_commit=before_commit,
-                                new_table_properties={**TABLE_PROPERTIES, **(table_properties or {})} if create
-                                else None)
+    options: dict[str, str] = {}
+    if laid_out_by:
+        frame, options = file_layout.keyed(frame, laid_out_by), file_layout.file_options()
+    with file_layout.bounded_row_groups(frame.sparkSession) if laid_out_by else nullcontext():
+        return write_with_watermark(frame, uri, mode=APPEND, options=options, app_id=app_id, version=version,
+                                    user_metadata=user_metadata, before_commit=before_commit,
+                                    new_table_properties={**TABLE_PROPERTIES, **(table_properties or {})} if create
+                                    else None)
 
 
 def commit_watermark_only(spark: SparkSession, uri: str, *, app_id: str, version: int, user_metadata: str) -> None:

@@ -93,12 +93,15 @@ def statistics(table: pa.Table) -> str:
             f'"maxValues":{{{",".join(highs)}}},"nullCount":{{{",".join(nulls)}}},"tightBounds":true}}')
 
 
-def write_file(uri: str, table: pa.Table) -> dict[str, Any]:
+def write_file(uri: str, table: pa.Table, *, data_change: bool = True,
+               row_group_rows: int | None = None) -> dict[str, Any]:
     """Write `table` as a new Parquet file in the table folder `uri`; its add action (the
-    `add` of a Delta commit, as a dict), data changed."""
+    `add` of a Delta commit, as a dict). `data_change` false for a rewrite of rows the
+    table holds already (a compaction); `row_group_rows`: the most rows of a row group
+    (None: Arrow's bound)."""
     name = f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-    return {"path": name, "partitionValues": {}, "size": _write_parquet(join(uri, name), table),
-            "modificationTime": int(time.time() * 1000), "dataChange": True, "stats": statistics(table)}
+    return {"path": name, "partitionValues": {}, "size": _write_parquet(join(uri, name), table, row_group_rows),
+            "modificationTime": int(time.time() * 1000), "dataChange": data_change, "stats": statistics(table)}
 
 
 def write_change_file(uri: str, changes: pa.Table) -> dict[str, Any]:
@@ -112,13 +115,13 @@ def write_change_file(uri: str, changes: pa.Table) -> dict[str, Any]:
             "dataChange": False}
 
 
-def _write_parquet(uri: str, table: pa.Table) -> int:
+def _write_parquet(uri: str, table: pa.Table, row_group_rows: int | None = None) -> int:
     """Write `table` as one Parquet file at `uri`; its size in bytes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy")
+    pq.write_table(table, sink, compression="snappy", row_group_size=row_group_rows)
     content = sink.getvalue().to_pybytes()
     files.write_bytes(uri, content)
     return len(content)

@@ -82,10 +82,11 @@ def vector_actions(table_uri: str, marked: Sequence[MarkedFile]) -> list[tuple[s
     return actions
 
 
-def removal(live: LiveFile, timestamp_ms: int) -> dict[str, Any]:
-    """The remove action of a live file as it is (its vector and statistics included)."""
+def removal(live: LiveFile, timestamp_ms: int, *, data_change: bool = True) -> dict[str, Any]:
+    """The remove action of a live file as it is (its vector and statistics included);
+    `data_change` false for a rewrite that changes no row (change-feed readers skip it)."""
     removed = {name: live.add[name] for name in _KEPT_FIELDS if name in live.add}
-    removed.update(deletionTimestamp=timestamp_ms, dataChange=True, extendedFileMetadata=True)
+    removed.update(deletionTimestamp=timestamp_ms, dataChange=data_change, extendedFileMetadata=True)
     if live.deletion_vector is not None:
         removed["deletionVector"] = live.deletion_vector
     if live.records is not None:

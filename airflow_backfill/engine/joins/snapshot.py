@@ -6,9 +6,9 @@ present in every output row (the root and the tables INNER-joined to it), so eve
 output row comes from exactly one chunk: each chunk's rows are joined with the other
 upstreams along the tree, each read only over the range of join keys the chunk holds
 (file skipping), and the query's output (or an aggregate's partial state) is appended
-in one idempotent commit per chunk, as a one-upstream snapshot does
-(`phases/snapshot.py`, whose chunk, progress and commit steps this reuses). The last
-commit records the vector (`watermarks`). A stateless join's MV key rests on the
+in one idempotent commit per chunk, as a one-upstream snapshot does: the phase's
+sequence is `snapshot_chunks.skeleton`'s, and `JoinSnapshot` says what a join does its
+own way. The last commit records the vector (`watermarks`). A stateless join's MV key rests on the
 upstreams' keys: before that commit, the chunks written are proved to hold each MV key
 once (`verify_primary_key`), or removed. A stateless join with a WHERE read in one chunk
 skips the chunk commit: its rows are cached, proved and written once, in the commit that
@@ -21,15 +21,13 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine import job_state
 from airflow_backfill.engine.control import effective_settings, wait_while_paused
 from airflow_backfill.engine.delta.commits import CommitInfo, append
 from airflow_backfill.engine.delta.key_range import table_rows
 from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
 from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
-from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.feed_readers import feed_reader_properties
 from airflow_backfill.engine.joins.recompute import repeated_join_key
@@ -39,34 +37,16 @@ from airflow_backfill.engine.joins.watermarks import Vector, committed_vector, v
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.rounds.changes import apply_query
 from airflow_backfill.engine.rounds.plan_choice import SNAPSHOT_PARALLELISM, SNAPSHOT_UPSTREAM_ROWS
-from airflow_backfill.engine.snapshot_chunks.plan import (
-    DEFAULT_JOIN_CHUNK_BYTES,
-    Chunk,
-    file_order,
-    list_data_files,
-    plan_chunks,
-)
+from airflow_backfill.engine.snapshot_chunks.plan import Chunk, list_data_files
 from airflow_backfill.engine.snapshot_chunks.progress import (
     DoneChunk,
     SnapshotProgress,
     discard_progress,
-    load_progress,
     save_progress,
 )
-from airflow_backfill.engine.snapshot_chunks.run import (
-    PHASE,
-    SnapshotResult,
-    aggregate_in_one_chunk,
-    commit_snapshot,
-    discard_chunks,
-    discard_uncreated_mv,
-    only_chunk_partials,
-    read_files,
-    reconcile_with_log,
-    run_chunks,
-)
-from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, ServiceError, UnsupportedQueryError
+from airflow_backfill.engine.snapshot_chunks.run import PHASE, discard_uncreated_mv, read_files
+from airflow_backfill.engine.snapshot_chunks.skeleton import Committed, Pinned, SnapshotKind
+from airflow_backfill.exceptions import UnsupportedQueryError
 from airflow_backfill.storage.files import exists
 
 if TYPE_CHECKING:
@@ -80,101 +60,76 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_join_snapshot(
-    spark: SparkSession, job: BackfillJob, *, epochs: Mapping[str, int] | None = None,
-    parallelism: int | None = None, chunk_bytes: int = DEFAULT_JOIN_CHUNK_BYTES,
-) -> SnapshotResult:
-    """Create the join MV as of `epochs` (default: every upstream's latest); a no-op if it exists."""
-    if epochs is not None and sorted(epochs) != sorted(u.name for u in job.upstreams):
-        raise UnsupportedQueryError(
-            f"the pinned versions name {sorted(epochs)}, but the job's sources are "
-            f"{sorted(u.name for u in job.upstreams)}; pin a version of each."
+class JoinSnapshot(SnapshotKind[Vector]):
+    """A snapshot of a join at a vector of versions, chunked by its largest core upstream,
+    whose MV key is proved over the chunks' output before the last commit."""
+
+    def __init__(self, spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] | None,
+                 parallelism: int | None) -> None:
+        self.spark, self.job, self.epochs, self.parallelism = spark, job, epochs, parallelism
+        self._plan: JoinPlan | None = None
+
+    def check(self) -> None:
+        job, epochs = self.job, self.epochs
+        if epochs is not None and sorted(epochs) != sorted(u.name for u in job.upstreams):
+            raise UnsupportedQueryError(
+                f"the pinned versions name {sorted(epochs)}, but the job's sources are "
+                f"{sorted(u.name for u in job.upstreams)}; pin a version of each."
+            )
+        check_upstreams(job, epochs)
+        join_plan(job, epochs)
+
+    def committed(self) -> Committed | None:
+        existing = committed_vector(self.job)
+        return None if existing is None else Committed(vector_sum(existing), existing)
+
+    def resume(self, progress: SnapshotProgress) -> Vector | None:
+        if sorted(progress.epochs) != sorted(u.name for u in self.job.upstreams):
+            return None
+        if self.epochs is not None and dict(self.epochs) != progress.epochs:
+            log.info("resuming the unfinished snapshot at versions %s instead of starting one at %s; "
+                     "catch-up covers the versions in between", progress.epochs, dict(self.epochs))
+        return _readable(self.job, check_upstreams(self.job, progress.epochs))
+
+    def pin(self) -> Vector:
+        return _readable(self.job, check_upstreams(self.job, self.epochs))
+
+    def upstreams(self, pin: Vector) -> Pinned:
+        spark, job = self.spark, self.job
+        plan = self._plan = join_plan(job, pin)
+        read = reader(spark, job, plan, pin)
+        source = flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
+        schema = _mv_schema(spark, plan, source)
+        upstreams = {u.name: check_upstream(u.table, pin[u.name]) for u in job.upstreams}
+        chunked = _chunked_table(plan, upstreams)
+        info = upstreams[plan.tables[chunked].name]
+        return Pinned(
+            epoch=vector_sum(pin), epochs=pin, plan=plan.flat, upstreams=upstreams,
+            chunked=plan.tables[chunked].name, chunk_key=plan.tables[chunked].primary_key[0], source=source,
+            schema=schema, metadata=vector_metadata(job, pin),
+            rows=lambda chunk, several: chunk_source(spark, plan, read, info, chunk, chunked, bounded=several),
         )
-    check_upstreams(job, epochs)  # bad input fails here, before anything is written
-    join_plan(job, epochs)
-    register_downstream(job)  # upstream MVs' rounds from here on are read by this job's catch-up
-    with writer_lock(job.target, job.name, PHASE):
-        return _snapshot(spark, job, epochs, parallelism, chunk_bytes)
 
+    def create_at_once(self, pinned: Pinned, chunks: list[Chunk], progress: SnapshotProgress,
+                       chunk_bytes: int) -> int | None:
+        if not _in_one_commit(self._join(), chunks, progress, chunk_bytes):
+            return None
+        return _create_in_one_commit(self.spark, self.job, self._join(), pinned.epochs, progress, self.parallelism,
+                                     pinned.rows(chunks[0], False))
 
-def _snapshot(spark: SparkSession, job: BackfillJob, epochs: Mapping[str, int] | None, parallelism: int | None,
-              chunk_bytes: int) -> SnapshotResult:
-    started = time.monotonic()
-    existing = committed_vector(job)
-    if existing is not None:
-        log.info("MV %s already exists at versions %s: snapshot skipped", job.target, existing)
-        return SnapshotResult(vector_sum(existing), 0, True, time.monotonic() - started)
-    vector, progress = _pin(job, epochs)
-    plan = join_plan(job, vector)
-    read = reader(spark, job, plan, vector)
-    source = flat_schema(plan, {table.name: read(i).schema for i, table in enumerate(plan.tables)})
-    output_schema = _mv_schema(spark, plan, source)
-    upstreams = {u.name: check_upstream(u.table, vector[u.name]) for u in job.upstreams}
-    chunked = _chunked_table(plan, upstreams)
-    info = upstreams[plan.tables[chunked].name]
-    upstream_files = list_data_files(info.uri, info.version, plan.tables[chunked].primary_key[0])
-    chunks = plan_chunks(upstream_files, chunk_bytes)
-    if info.deletion_vectors and len(chunks) > 1:
-        chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
-    order = file_order(upstream_files)
-    if progress is None or progress.chunks_total != len(chunks) or progress.file_order != order:
-        discard_chunks(job, plan.flat)
-        progress = SnapshotProgress(
-            epoch=vector_sum(vector), chunks_total=len(chunks), rows_total=sum(c.rows for c in chunks),
-            files_total=sum(len(c.files) for c in chunks), bytes_total=sum(c.size for c in chunks),
-            file_order=order, epochs=dict(vector),
-        )
-    reconcile_with_log(job, plan.flat, progress, chunks)
-    job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING,
-                           pinned_epoch=vector_sum(vector), pinned_epochs=vector)
-    log.info("snapshot of the join at versions %s: %s chunks of %s (%s already done), %s rows in %s files",
-             vector, len(chunks), plan.tables[chunked].name, len(progress.done), progress.rows_total,
-             progress.files_total)
-    if _in_one_commit(plan, chunks, progress, chunk_bytes):
-        rows_out = _create_in_one_commit(
-            spark, job, plan, vector, progress, parallelism,
-            chunk_source(spark, plan, read, info, chunks[0], chunked, bounded=False))
-        chunks_run = 1
-    else:
-        partials = None
-        if aggregate_in_one_chunk(plan.flat, chunks, progress):
-            partials = only_chunk_partials(spark, job, plan.flat, chunks[0], progress, parallelism,
-                                           chunk_source(spark, plan, read, info, chunks[0], chunked, bounded=False))
-            chunks_run = 1
-        else:
-            chunks_run = run_chunks(spark, job, plan.flat, chunks, progress, parallelism, started,
-                                     lambda chunk: chunk_source(spark, plan, read, info, chunk, chunked,
-                                                                bounded=len(chunks) > 1))
-        _prove_mv_key(spark, job, plan, vector)
-        rows_out = commit_snapshot(spark, job, plan.flat, progress, source, output_schema,
-                                    vector_metadata(job, vector), partials=partials)
-    seconds = time.monotonic() - started
-    measured = {}
-    if chunks_run == len(chunks):  # the whole join computed by this run: what a recompute costs
-        measured = {SNAPSHOT_UPSTREAM_ROWS: {name: table_rows(u.uri, u.version) for name, u in upstreams.items()},
-                    SNAPSHOT_PARALLELISM: effective_settings(job, parallelism).backfill_parallelism}
-    job_state.update_state(job.target, phase=PHASE, snapshot_epoch=vector_sum(vector), snapshot_epochs=vector,
-                           snapshot_rows=rows_out, snapshot_seconds=round(seconds, 3), **measured)
-    log.info("snapshot done: %s rows at versions %s in %.1fs", rows_out, vector, seconds)
-    return SnapshotResult(vector_sum(vector), rows_out, False, seconds, chunks_run)
+    def prove_key_last(self, pinned: Pinned) -> None:
+        _prove_mv_key(self.spark, self.job, self._join(), pinned.epochs)
 
+    def finished_state(self, pinned: Pinned, whole: bool) -> dict[str, Any]:
+        if not whole:
+            return {}
+        return {SNAPSHOT_UPSTREAM_ROWS: {name: table_rows(u.uri, u.version) for name, u in pinned.upstreams.items()},
+                SNAPSHOT_PARALLELISM: effective_settings(self.job, self.parallelism).backfill_parallelism}
 
-def _pin(job: BackfillJob, epochs: Mapping[str, int] | None) -> tuple[Vector, SnapshotProgress | None]:
-    """The vector to snapshot: an unfinished snapshot's wins, so its chunks are reused."""
-    progress = load_progress(job.target)
-    if progress is not None:
-        if sorted(progress.epochs) == sorted(u.name for u in job.upstreams):
-            if epochs is not None and dict(epochs) != progress.epochs:
-                log.info("resuming the unfinished snapshot at versions %s instead of starting one at %s; "
-                         "catch-up covers the versions in between", progress.epochs, dict(epochs))
-            try:
-                return _readable(job, check_upstreams(job, progress.epochs)), progress
-            except ServiceError:  # the store failed, not the versions: the chunks stay for a rerun
-                raise
-            except BackfillError as error:
-                log.warning("cannot resume the snapshot at versions %s (%s); starting over", progress.epochs, error)
-        discard_progress(job.target)
-    return _readable(job, check_upstreams(job, epochs)), None
+    def _join(self) -> JoinPlan:
+        if self._plan is None:
+            raise RuntimeError("the join's upstreams are not pinned yet")
+        return self._plan
 
 
 def _readable(job: BackfillJob, vector: Vector) -> Vector:
@@ -232,7 +187,8 @@ def _create_in_one_commit(spark: SparkSession, job: BackfillJob, plan: JoinPlan,
         info = CommitInfo(phase=PHASE, epoch=progress.epoch, parallelism=settings.backfill_parallelism, rows=count,
                           extra=metadata)
         append(rows.coalesce(settings.backfill_parallelism), job.target, app_id=job.app_id, version=progress.epoch,
-               user_metadata=info.user_metadata(job), create=True, table_properties=feed_reader_properties(job))
+               user_metadata=info.user_metadata(job), create=True, table_properties=feed_reader_properties(job),
+               laid_out_by=plan.mv_key)
     finally:
         rows.unpersist()
     progress.done[0] = DoneChunk(index=0, rows_in=progress.rows_total, rows_out=count,

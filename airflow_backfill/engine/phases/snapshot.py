@@ -16,16 +16,18 @@ one chunk, since its files alone are not its rows.
 Files are planned in the order of their smallest key (`snapshot_chunks`), so the chunks
 of an upstream written in key order cover disjoint key ranges, and so do the MV files
 each chunk writes: a round whose changes fall in a key range reads only those files.
+
+The phase's sequence (pin, resume, plan, run, commit) is `snapshot_chunks.skeleton`'s,
+shared with joins; this module says what one upstream does its own way (`OneUpstream`):
+its epoch, its files as a chunk's rows, and its key proved before the first chunk.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.key_proof import key_proved_from_files
 from airflow_backfill.engine.delta.log import (
     UpstreamInfo,
@@ -34,38 +36,16 @@ from airflow_backfill.engine.delta.log import (
     table_exists,
 )
 from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
-from airflow_backfill.engine.downstream import register_downstream
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import QueryPlan, plan_query
 from airflow_backfill.engine.rounds.changes import apply_query, duplicate_key
 from airflow_backfill.engine.rounds.key_check import held_times
-from airflow_backfill.engine.snapshot_chunks.plan import (
-    Chunk,
-    default_chunk_bytes,
-    file_order,
-    list_data_files,
-    plan_chunks,
-)
-from airflow_backfill.engine.snapshot_chunks.progress import (
-    SnapshotProgress,
-    discard_progress,
-    load_progress,
-    save_progress,
-)
-from airflow_backfill.engine.snapshot_chunks.run import (
-    PHASE,
-    SnapshotResult,
-    aggregate_in_one_chunk,
-    commit_snapshot,
-    discard_chunks,
-    discard_uncreated_mv,
-    only_chunk_partials,
-    read_files,
-    reconcile_with_log,
-    run_chunks,
-)
-from airflow_backfill.engine.writer_lock import writer_lock
-from airflow_backfill.exceptions import BackfillError, RepeatedKeyError, ServiceError, UnsupportedQueryError
+from airflow_backfill.engine.snapshot_chunks import skeleton
+from airflow_backfill.engine.snapshot_chunks.plan import Chunk, default_chunk_bytes, list_data_files
+from airflow_backfill.engine.snapshot_chunks.progress import SnapshotProgress, discard_progress
+from airflow_backfill.engine.snapshot_chunks.run import SnapshotResult, discard_uncreated_mv, read_files
+from airflow_backfill.engine.snapshot_chunks.skeleton import Committed, Pinned, SnapshotKind
+from airflow_backfill.exceptions import RepeatedKeyError, UnsupportedQueryError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,7 +54,6 @@ if TYPE_CHECKING:
     from airflow_backfill.job import BackfillJob
 
 log = logging.getLogger(__name__)
-
 
 
 def run_snapshot(
@@ -89,95 +68,60 @@ def run_snapshot(
     """Create the MV as of `epoch` (default: the upstream's latest); a no-op if it exists.
 
     A join's MV is created as of `epochs`, a version per upstream (default: each one's
-    latest), by `engine/joins/snapshot.py`. `chunk_bytes`: upstream bytes per chunk
-    (default `default_chunk_bytes`: larger for a join, whose chunks each read the other
-    upstreams too).
+    latest), the way `engine/joins/snapshot.py` says. `chunk_bytes`: upstream bytes per
+    chunk (default `default_chunk_bytes`: larger for a join, whose chunks each read the
+    other upstreams too).
     """
     if chunk_bytes is None:
         chunk_bytes = default_chunk_bytes(job.is_join)
+    kind: SnapshotKind[Any]
     if job.is_join:
-        from airflow_backfill.engine.joins.snapshot import run_join_snapshot
+        from airflow_backfill.engine.joins.snapshot import JoinSnapshot
 
-        return run_join_snapshot(spark, job, epochs=epochs, parallelism=parallelism, chunk_bytes=chunk_bytes)
-    plan = plan_query(job.query, job.primary_key)
-    check_upstream(job.source, key=job.primary_key)  # bad input fails here, before anything is written
-    register_downstream(job)  # the upstream MV's rounds from here on are read by this job's catch-up
-    with writer_lock(job.target, job.name, PHASE):
-        return _snapshot(spark, job, plan, epoch, parallelism, chunk_bytes)
-
-
-def _snapshot(
-    spark: SparkSession, job: BackfillJob, plan: QueryPlan, epoch: int | None,
-    parallelism: int | None, chunk_bytes: int,
-) -> SnapshotResult:
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    started = time.monotonic()
-    existing = read_watermark(job.target, job.app_id)
-    if existing is not None:
-        log.info("MV %s already exists at watermark %s: snapshot skipped", job.target, existing)
-        return SnapshotResult(existing, 0, True, time.monotonic() - started)
-    upstream, progress = _pin_epoch(job, epoch)
-    output_schema = mv_schema(spark, upstream, plan)
-    key_proved = progress is not None and progress.key_proved
-    if key_proved:
-        log.info("key proved unique at epoch %s by the run that planned this snapshot", upstream.version)
+        kind = JoinSnapshot(spark, job, epochs, parallelism)
     else:
-        key_proved = _prove_key(spark, job, plan, upstream)
-    upstream_files = list_data_files(job.source, upstream.version, plan.upstream_key[0])
-    chunks = plan_chunks(upstream_files, chunk_bytes)
-    if upstream.deletion_vectors and len(chunks) > 1:
-        chunks = [Chunk(0, tuple(f for c in chunks for f in c.files))]
-    order = file_order(upstream_files)
-    if progress is None or progress.chunks_total != len(chunks) or progress.file_order != order:
-        discard_chunks(job, plan)
-        progress = SnapshotProgress(
-            epoch=upstream.version, chunks_total=len(chunks),
-            rows_total=sum(c.rows for c in chunks), files_total=sum(len(c.files) for c in chunks),
-            bytes_total=sum(c.size for c in chunks), file_order=order,
-        )
-        save_progress(job.target, progress)
-    progress.key_proved = key_proved  # saved with the reconciled chunks
-    reconcile_with_log(job, plan, progress, chunks)
-    job_state.update_state(job.target, phase=PHASE, state=job_state.STATE_CREATING, pinned_epoch=upstream.version)
-    log.info(
-        "snapshot of %s at epoch %s: %s chunks (%s already done), %s rows in %s files",
-        job.source, upstream.version, len(chunks), len(progress.done), progress.rows_total, progress.files_total,
-    )
-    partials = None
-    if aggregate_in_one_chunk(plan, chunks, progress):
-        partials = only_chunk_partials(spark, job, plan, chunks[0], progress, parallelism,
-                                       read_files(spark, upstream, chunks[0]))
-        chunks_run = 1
-    else:
-        chunks_run = run_chunks(spark, job, plan, chunks, progress, parallelism, started,
-                                 lambda chunk: read_files(spark, upstream, chunk))
-    rows = commit_snapshot(spark, job, plan, progress, from_arrow_schema(upstream.schema), output_schema,
-                            partials=partials)
-    seconds = time.monotonic() - started
-    job_state.update_state(
-        job.target, phase=PHASE, snapshot_epoch=upstream.version, snapshot_rows=rows,
-        snapshot_seconds=round(seconds, 3),
-    )
-    log.info("snapshot done: %s rows at epoch %s in %.1fs", rows, upstream.version, seconds)
-    return SnapshotResult(upstream.version, rows, False, seconds, chunks_run)
+        kind = OneUpstream(spark, job, epoch)
+    return skeleton.run(spark, job, kind, parallelism=parallelism, chunk_bytes=chunk_bytes)
 
 
-def _pin_epoch(job: BackfillJob, epoch: int | None) -> tuple[UpstreamInfo, SnapshotProgress | None]:
-    """The epoch to snapshot: an unfinished snapshot's epoch wins, so its chunks are reused."""
-    progress = load_progress(job.target)
-    if progress is not None:
-        if epoch is not None and epoch != progress.epoch:
+class OneUpstream(SnapshotKind[UpstreamInfo]):
+    """A snapshot of one upstream at one epoch, whose key is proved before the first chunk."""
+
+    def __init__(self, spark: SparkSession, job: BackfillJob, epoch: int | None) -> None:
+        self.spark, self.job, self.epoch = spark, job, epoch
+        self.plan = plan_query(job.query, job.primary_key)
+
+    def check(self) -> None:
+        check_upstream(self.job.source, key=self.job.primary_key)
+
+    def committed(self) -> Committed | None:
+        existing = read_watermark(self.job.target, self.job.app_id)
+        return None if existing is None else Committed(existing)
+
+    def resume(self, progress: SnapshotProgress) -> UpstreamInfo:
+        if self.epoch is not None and self.epoch != progress.epoch:
             log.info("resuming the unfinished snapshot at epoch %s instead of starting one at %s; "
-                     "catch-up covers the epochs in between", progress.epoch, epoch)
-        try:
-            return _readable(check_upstream(job.source, progress.epoch)), progress
-        except ServiceError:  # the store failed, not the epoch: the chunks stay for a rerun
-            raise
-        except BackfillError as error:
-            log.warning("cannot resume the snapshot at epoch %s (%s); starting over", progress.epoch, error)
-            discard_progress(job.target)
-    return _readable(check_upstream(job.source, epoch)), None
+                     "catch-up covers the epochs in between", progress.epoch, self.epoch)
+        return _readable(check_upstream(self.job.source, progress.epoch))
+
+    def pin(self) -> UpstreamInfo:
+        return _readable(check_upstream(self.job.source, self.epoch))
+
+    def upstreams(self, pin: UpstreamInfo) -> Pinned:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return Pinned(
+            epoch=pin.version, plan=self.plan, upstreams={self.job.source: pin}, chunked=self.job.source,
+            chunk_key=self.plan.upstream_key[0], source=from_arrow_schema(pin.schema),
+            schema=mv_schema(self.spark, pin, self.plan),
+            rows=lambda chunk, several: read_files(self.spark, pin, chunk),
+        )
+
+    def prove_key_first(self, pinned: Pinned, progress: SnapshotProgress | None) -> bool:
+        if progress is not None and progress.key_proved:
+            log.info("key proved unique at epoch %s by the run that planned this snapshot", pinned.epoch)
+            return True
+        return _prove_key(self.spark, self.job, self.plan, pinned.chunked_upstream)
 
 
 def _readable(upstream: UpstreamInfo) -> UpstreamInfo:

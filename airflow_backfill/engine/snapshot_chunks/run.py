@@ -155,7 +155,8 @@ def run_chunk(
     append(rows.coalesce(settings.backfill_parallelism), uri, app_id=snapshot_app_id(job.app_id),
            version=chunk.index + 1, create=not table_exists(uri),
            user_metadata=json.dumps({METADATA_PREFIX + key: value for key, value in facts.items()}),
-           table_properties=feed_reader_properties(job) if uri == job.target else None)
+           table_properties=feed_reader_properties(job) if uri == job.target else None,
+           laid_out_by=plan.mv_key if uri == job.target else ())
     progress.done[chunk.index] = DoneChunk(
         index=chunk.index, rows_in=chunk.rows, rows_out=rows_written(uri),
         seconds=round(time.monotonic() - started, 3), parallelism=settings.backfill_parallelism, run_id=run_id,
