@@ -23,6 +23,7 @@ from airflow_backfill.engine.joins.apply import apply_join_round, current_vector
 from airflow_backfill.engine.joins.relation import upstream_uri
 from airflow_backfill.engine.joins.watermarks import Vector, latest_vector, seconds_behind, vector_sum
 from airflow_backfill.engine.planning.join_query import JoinPlan, plan_join
+from airflow_backfill.engine.rounds.compact import compact_written
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -122,7 +123,10 @@ class JoinRounds:
         """Apply up to the vector `latest` or `round_end` planned, whose sum is `end`."""
         target = self._planned if self._planned is not None and vector_sum(self._planned) == end \
             else latest_vector(self.job)
-        return apply_join_round(spark, self.job, self.plan, target, phase=phase, parallelism=parallelism)
+        applied = apply_join_round(spark, self.job, self.plan, target, phase=phase, parallelism=parallelism)
+        if applied is not None:
+            compact_written(spark, [(self.job.target, self.plan.mv_key)])
+        return applied
 
     def seconds_behind(self, watermark: int) -> float:
         return max(seconds_behind(self.job, current_vector(self.job)).values(), default=0.0)

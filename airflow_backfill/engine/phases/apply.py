@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from airflow_backfill.engine.aggregates.apply import apply_aggregate_changes, recover_state_ahead
+from airflow_backfill.engine.aggregates.state import state_uri
 from airflow_backfill.engine.commit_after import commit_after
 from airflow_backfill.engine.delta.appends import AppendedFiles, appended_prefix
 from airflow_backfill.engine.delta.change_feed import (
@@ -52,6 +53,7 @@ from airflow_backfill.engine.delta.log import (
     rows_written,
 )
 from airflow_backfill.engine.faults import maybe_crash
+from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.aggregate_sql import quote
 from airflow_backfill.engine.planning.query import referenced_columns
 from airflow_backfill.engine.planning.round_plan import (
@@ -68,6 +70,7 @@ from airflow_backfill.engine.rounds.changes import (
     duplicate_key,
     some_key_gained_rows,
 )
+from airflow_backfill.engine.rounds.compact import compact_written
 from airflow_backfill.engine.rounds.difference import write_difference
 from airflow_backfill.engine.rounds.feed import read_feed
 from airflow_backfill.engine.rounds.key_check import (
@@ -136,6 +139,7 @@ def apply_epochs(
         end_version, change_rows, mv_rows_changed, chosen = _apply_stateless(spark, job, plan, watermark, info)
     seconds = time.monotonic() - started
     record_round(job, chosen, seconds, end_version)
+    compact_written(spark, _written_tables(job, plan))
     applied = AppliedRange(start, end_version, change_rows, mv_rows_changed, seconds, chosen.label)
     log.info(
         "%s: applied epochs %s..%s (%s change rows, %s MV keys, plan %s) in %.2fs",
@@ -143,6 +147,14 @@ def apply_epochs(
         applied.seconds,
     )
     return applied
+
+
+def _written_tables(job: BackfillJob, plan: QueryPlan) -> list[tuple[str, tuple[str, ...]]]:
+    """The tables a round writes, each with the key its rows are sorted by."""
+    written = [(job.target, plan.mv_key)]
+    if plan.aggregate is not None:
+        written.append((state_uri(job.target), tuple(sql.key_columns(plan.aggregate))))
+    return written
 
 
 def feed_columns(job: BackfillJob, plan: QueryPlan) -> list[str] | None:
