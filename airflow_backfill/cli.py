@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow_backfill.exceptions import BackfillConfigError, BackfillError
+from airflow_backfill.folder_cli import add_backfill
 from airflow_backfill.jars_cli import add_jars
 from airflow_backfill.kafka_cli import add_kafka_demo, add_kafka_status
 from airflow_backfill.stop_signals import request_stop_on
@@ -146,7 +147,11 @@ def _add_status(subparsers: Any) -> None:
         description="Show a job's phase (snapshot, catch_up, forward), state (creating, created), "
         "watermark, pending upstream epochs and progress. Reads Delta logs only; never starts Spark.",
     )
-    parser.add_argument("--job", required=True, metavar="FILE", help="the job's YAML file")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--job", metavar="FILE", help="the job's YAML file")
+    which.add_argument("--jobs-in", metavar="DIR",
+                       help="every job of a folder, one line per MV: phase, lag in epochs and seconds, last commit, "
+                       "last error")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     parser.set_defaults(run=_run_status)
 
@@ -178,6 +183,14 @@ def _configure_spark_storage(spark: Any, job: BackfillJob) -> None:
 
 def _run_status(args: argparse.Namespace) -> int:
     from airflow_backfill.engine.status import format_status, job_status
+
+    if args.jobs_in:
+        from airflow_backfill.folder_status import as_json, folder_rows, format_folder
+
+        rows, errors = folder_rows(args.jobs_in)
+        print(json.dumps(as_json(rows, errors), sort_keys=True, default=str) if args.json
+              else format_folder(rows, errors))
+        return EXIT_OK
 
     status = job_status(_load_job(args.job))
     if args.json:
@@ -543,6 +556,7 @@ def _run_check(args: argparse.Namespace) -> int:
 COMMANDS: tuple[Callable[[Any], None], ...] = (
     _add_simulate,
     _add_status,
+    add_backfill,
     _add_alter,
     _add_maintain,
     add_kafka_status,

@@ -39,6 +39,11 @@ class TargetError(BackfillError):
     """The target MV table is in a state this job cannot continue from."""
 
 
+class WriterBusyError(TargetError):
+    """Another run holds the MV's writer lock: nothing is wrong with the MV, only the turn
+    is taken (a caller that shares its MVs, like the shared forward, tries again later)."""
+
+
 class ServiceError(BackfillError, OSError):
     """A store or a broker could not serve this process: its address, the network, or the
     process's credentials or permissions. Nothing is known to be wrong with the tables or

@@ -10,10 +10,16 @@ group of `task_group.py`, or of `kafka_task_group.py` for a Kafka pipeline). A j
 backfill starts once the MV it reads is built (every MV it reads, for a join of MVs). The
 others run once when their DAG is unpaused (`schedule`), and again when triggered.
 
-With `forward="shared"` (the default) the backfill DAGs end at a `ready` task, and one more
-DAG, `<prefix>shared_forward`, runs one Spark application that keeps every MV of the
-folder fresh (`shared_forward/`). `forward="task"` keeps today's shape instead: each
-job's DAG ends with its own `forward` task.
+With `forward="shared"` (the default) one more DAG, `<prefix>shared_forward`, runs one
+Spark application that keeps every MV of the folder fresh (`shared_forward/`), and with
+`backfill="folder"` (the default then) builds them too: each MV not created yet is
+snapshotted and caught up in that application, an MV over an MV after its source, a join
+after all its upstreams, `backfill_workers` at once, then kept fresh; a job file added
+later is built the same way. Each job's DAG then only follows its MV: `wait_caught_up ─>
+ready`. `backfill="per_job"` keeps each job's own backfill tasks (`pin_epoch ─> snapshot
+─> catch_up ─> wait_caught_up ─> ready`, a `spark-submit` per phase). `forward="task"`
+keeps the single-MV shape: each job's DAG backfills its MV and ends with its own
+`forward` task.
 
 Every MV asset of the folder's DAGs (`mv_asset`) carries the MV's watcher, so a DAG
 scheduled on `mv_asset(job)` anywhere runs after the shared forward's commits too, not
@@ -37,13 +43,14 @@ import pendulum
 from airflow.sdk import DAG, Asset, AssetAll
 
 from airflow_backfill.exceptions import BackfillConfigError
-from airflow_backfill.job import BackfillJob
+from airflow_backfill.folder_task_group import WAIT_OPTIONS, waiting_task_group
+from airflow_backfill.job import BackfillJob, validate_whole_number
 from airflow_backfill.job_folder import FolderJob, JobFileError, JobFolder, load_job_folder
 from airflow_backfill.job_input import beside_caller
 from airflow_backfill.kafka.config import KafkaPipeline
 from airflow_backfill.kafka_task_group import kafka_backfill_task_group
 from airflow_backfill.operators.shared_forward import SharedForwardOperator
-from airflow_backfill.shared_forward import DEFAULT_WORKERS
+from airflow_backfill.shared_forward import DEFAULT_BACKFILL_WORKERS, DEFAULT_WORKERS
 from airflow_backfill.task_group import (
     backfill_task_group,
     caught_up_asset,
@@ -54,6 +61,8 @@ from airflow_backfill.task_group import (
 
 FORWARD_SHARED = "shared"
 FORWARD_TASK = "task"
+BACKFILL_FOLDER = "folder"
+BACKFILL_PER_JOB = "per_job"
 SHARED_FORWARD_DAG = "shared_forward"
 DEFAULT_START = pendulum.datetime(2026, 1, 1, tz="UTC")
 SHARED_FORWARD_RETRIES = 1000
@@ -104,6 +113,8 @@ def backfill_dags(
     folder: str | os.PathLike[str],
     *,
     forward: str = FORWARD_SHARED,
+    backfill: str | None = None,
+    backfill_workers: int = DEFAULT_BACKFILL_WORKERS,
     dag_id_prefix: str = "",
     schedule: Any = "@once",
     start_date: datetime = DEFAULT_START,
@@ -121,6 +132,11 @@ def backfill_dags(
         DAG file (not the DAG processor's working directory).
     :param forward: `shared` (one application keeps every MV fresh) or `task` (each DAG
         ends with its own forward task).
+    :param backfill: `folder` (the default with the shared forward: its application builds
+        the MVs not created yet, and each job's DAG waits for its MV) or `per_job` (each
+        job's DAG runs its own snapshot and catch-up tasks; the default with
+        `forward="task"`).
+    :param backfill_workers: MVs the shared forward builds at once with `backfill="folder"`.
     :param dag_id_prefix: put before each job's name to make its DAG id.
     :param schedule: schedule of the jobs that read no other job's MV (default: once,
         when the DAG is unpaused); jobs over MVs run on those MVs' caught-up assets.
@@ -135,6 +151,8 @@ def backfill_dags(
     """
     if forward not in (FORWARD_SHARED, FORWARD_TASK):
         raise BackfillConfigError(f"forward must be {FORWARD_SHARED!r} or {FORWARD_TASK!r}, got {forward!r}.")
+    backfill = folder_backfill_shape(forward, backfill)
+    validate_whole_number("backfill_workers", backfill_workers, 64)
     root = beside_caller(os.path.expandvars(os.fspath(folder))).resolve()
     loaded = load_job_folder(root)
     dags: dict[str, DAG] = {}
@@ -143,7 +161,7 @@ def backfill_dags(
         with DAG(dag_id=dag_id, schedule=job_schedule(loaded, entry, schedule), start_date=start_date,
                  catchup=False, max_active_runs=1, tags=[*tags, "job_folder"], default_args=dict(default_args or {}),
                  doc_md=f"The backfill of `{entry.name}`, declared in `{entry.path}`.") as dag:
-            _job_group(entry, forward=forward, conn_id=conn_id, **group_kwargs)
+            _job_group(entry, forward=forward, backfill=backfill, conn_id=conn_id, **group_kwargs)
         dags[dag_id] = dag
     if forward == FORWARD_SHARED and loaded.jobs:
         dag_id = f"{dag_id_prefix}{SHARED_FORWARD_DAG}"
@@ -152,13 +170,29 @@ def backfill_dags(
                  doc_md=f"Keeps every MV of `{loaded.folder}` fresh in one Spark application.") as dag:
             SharedForwardOperator(task_id="forward", folder=loaded.folder, parallelism=forward_parallelism,
                                   workers=forward_workers, conn_id=conn_id, retries=SHARED_FORWARD_RETRIES,
-                                  retry_delay=timedelta(seconds=30), **dict(forward_kwargs or {}))
+                                  retry_delay=timedelta(seconds=30), backfill=backfill == BACKFILL_FOLDER,
+                                  backfill_workers=backfill_workers, **dict(forward_kwargs or {}))
         dags[dag_id] = dag
     # A job over another job's MV names that MV as an inlet: the same watcher everywhere.
     share_watchers(task for dag in dags.values() for task in dag.tasks)
     for error in loaded.errors:
         _report_error(error, dag_id_prefix, start_date)
     return dags
+
+
+def folder_backfill_shape(forward: str, backfill: str | None) -> str:
+    """`backfill` checked against `forward`: the folder's backfill runs in the shared
+    forward's application, so it needs one."""
+    if backfill is None:
+        return BACKFILL_FOLDER if forward == FORWARD_SHARED else BACKFILL_PER_JOB
+    if backfill not in (BACKFILL_FOLDER, BACKFILL_PER_JOB):
+        raise BackfillConfigError(f"backfill must be {BACKFILL_FOLDER!r} or {BACKFILL_PER_JOB!r}, got {backfill!r}.")
+    if backfill == BACKFILL_FOLDER and forward != FORWARD_SHARED:
+        raise BackfillConfigError(
+            f"backfill={BACKFILL_FOLDER!r} runs in the shared forward's application, which forward={forward!r} "
+            f"does not start; use backfill={BACKFILL_PER_JOB!r} with forward={forward!r}, or forward="
+            f"{FORWARD_SHARED!r}.")
+    return backfill
 
 
 def folder_mv_asset(folder: str | os.PathLike[str], name: str) -> Asset:
@@ -196,12 +230,15 @@ def kafka_caught_up_asset(pipeline: KafkaPipeline) -> Asset:
     return Asset(name=f"{uri}/_airflow_backfill/caught_up", uri=f"{uri}/_airflow_backfill/caught_up")
 
 
-def _job_group(entry: FolderJob, *, forward: str, conn_id: str, **group_kwargs: Any) -> None:
+def _job_group(entry: FolderJob, *, forward: str, backfill: str, conn_id: str, **group_kwargs: Any) -> None:
     if isinstance(entry.job, KafkaPipeline):
         # Under the shared forward the source job is one of its members (it keeps ingesting
         # the topic); otherwise the DAG runs it as a task beside the backfill, until stopped.
         kafka_backfill_task_group(entry.job, conn_id=conn_id, with_source_job=forward == FORWARD_TASK,
                                   ready_outlets=[kafka_caught_up_asset(entry.job)])
+        return
+    if backfill == BACKFILL_FOLDER:
+        waiting_task_group(entry.job, **{key: value for key, value in group_kwargs.items() if key in WAIT_OPTIONS})
         return
     backfill_task_group(entry.job, conn_id=conn_id, forward=forward == FORWARD_TASK, ready=True, **group_kwargs)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from airflow_backfill.engine.job_state import state_dir
-from airflow_backfill.exceptions import TargetError
+from airflow_backfill.exceptions import WriterBusyError
 from airflow_backfill.storage.lease import s3_writer_lease
 from airflow_backfill.storage.uri import is_object_store, join
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 @contextmanager
 def writer_lock(target: str, job_name: str, phase: str) -> Iterator[None]:
-    """Hold the MV's writer lock for the block, or raise TargetError naming the holder."""
+    """Hold the MV's writer lock for the block, or raise WriterBusyError naming the holder."""
     if is_object_store(target):
         with s3_writer_lease(join(state_dir(target), LEASE_FILE), target, job_name, phase):
             yield
@@ -46,7 +46,7 @@ def writer_lock(target: str, job_name: str, phase: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = _read_holder(fd)
-            raise TargetError(
+            raise WriterBusyError(
                 f"another run of job {job_name} is writing the MV {target} ({holder}); only one "
                 "run may write an MV at a time. Wait for it to finish or stop it, then retry."
             ) from None

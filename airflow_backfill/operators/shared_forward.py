@@ -20,7 +20,7 @@ from airflow_backfill.operators.driver_jit_launch import choose_driver_jit
 from airflow_backfill.operators.driver_settings import hand_settings_to_driver
 from airflow_backfill.operators.jvm_archive_launch import start_driver_on_archive
 from airflow_backfill.operators.phases import DEFAULT_STOP_TIMEOUT, entry_point
-from airflow_backfill.shared_forward import DEFAULT_WORKERS
+from airflow_backfill.shared_forward import DEFAULT_BACKFILL_WORKERS, DEFAULT_WORKERS
 
 
 class SharedForwardOperator(SparkSubmitOperator):
@@ -36,6 +36,10 @@ class SharedForwardOperator(SparkSubmitOperator):
         (templated; default: none).
     :param max_seconds: stop after this many seconds (templated; tests and benchmarks).
     :param stop_timeout: seconds the rounds in flight get to commit once the task is stopped.
+    :param backfill: also build the folder's MVs that are not created yet (a folder
+        backfilled as one: snapshot and catch-up in this application, an MV over an MV
+        after its source), then keep them fresh with the others.
+    :param backfill_workers: MVs built at once with `backfill` (default 2).
     :param driver_jit: `quick` (default) starts the driver JVM with the quick JIT compiler
         alone: the rounds are small and varied, and the optimising compiler's work costs more
         CPU than its code saves (airflow_backfill/engine/launch/jit.py); `full` keeps both.
@@ -56,6 +60,8 @@ class SharedForwardOperator(SparkSubmitOperator):
         stop_timeout: float = DEFAULT_STOP_TIMEOUT,
         driver_jit: str = QUICK,
         conn_id: str = "spark_default",
+        backfill: bool = False,
+        backfill_workers: int = DEFAULT_BACKFILL_WORKERS,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", "airflow_backfill-shared_forward")
@@ -64,6 +70,9 @@ class SharedForwardOperator(SparkSubmitOperator):
         self.folder = folder
         self.parallelism = validate_parallelism("parallelism", parallelism)
         validate_whole_number("workers", workers, 64)
+        validate_whole_number("backfill_workers", backfill_workers, 64)
+        self.backfill = bool(backfill)
+        self.backfill_workers = backfill_workers
         validate_seconds("poll_interval", poll_interval)
         validate_seconds("stop_timeout", stop_timeout)
         self.workers = workers
@@ -79,6 +88,8 @@ class SharedForwardOperator(SparkSubmitOperator):
             "--folder", self.folder, "--parallelism", str(self.parallelism), "--workers", str(self.workers),
             "--poll-interval", str(self.poll_interval), "--stop-grace", str(self.stop_timeout),
         ]
+        if self.backfill:
+            self.application_args += ["--backfill", "--backfill-workers", str(self.backfill_workers)]
         if self.status_file:
             self.application_args += ["--status-file", str(self.status_file)]
         if self.max_seconds not in (None, "", "None"):

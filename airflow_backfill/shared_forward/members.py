@@ -7,7 +7,12 @@ no Spark) and runs one round when there is work:
   paused by `airflow-backfill alter --rate-limit 0`), or None;
 - `pending()`: whether its upstream has epochs the MV does not reflect;
 - `run_round(spark)`: one commit, through the same round code as the single-MV forward
-  (`rounds_for(job).apply(...)`), under the MV's writer lock.
+  (`rounds_for(job).apply(...)`), under the MV's writer lock;
+- `is_created()`: whether its table is built, so that MVs over it may start their backfill.
+
+An MV of a folder backfilled as one (`DeltaMember(..., backfill=True)`) also builds its
+MV: while `needs_backfill()`, the loop hands it to a backfill worker (`run_backfill`,
+`backfill.py`), and its turns after that are forward rounds.
 
 The writer lock is taken for each round, not for the member's lifetime, so a catch-up
 that a DAG run starts for the same MV (after the shared forward was stopped for a while)
@@ -28,6 +33,7 @@ from airflow_backfill.engine.phases.rounds import Rounds, rounds_for
 from airflow_backfill.engine.writer_lock import writer_lock
 from airflow_backfill.exceptions import TargetError
 from airflow_backfill.job import BackfillJob
+from airflow_backfill.shared_forward.locks import LockBusy, locked
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,10 +45,6 @@ log = logging.getLogger(__name__)
 WAIT_CREATING = "creating"
 WAIT_PAUSED = "paused"
 WAIT_NO_MV = "no MV yet"
-
-
-class LockBusy(Exception):
-    """Another process (a catch-up, a single-MV forward) holds the MV's writer lock."""
 
 
 def gone(name: str, target: str) -> TargetError:
@@ -74,32 +76,80 @@ class Member(Protocol):
     def close(self) -> None:
         """Release what the member holds (locks, heartbeats)."""
 
+    def is_created(self) -> bool:
+        """Whether its table is built (what an MV over it waits for before its backfill)."""
+
+    def needs_backfill(self) -> bool:
+        """Whether the loop should build its MV (a member of a folder backfilled as one whose
+        MV is not created yet)."""
+
+    def run_backfill(self, spark: SparkSession) -> int:
+        """Snapshot and catch up its MV; 1 once it is created (0: nothing was due)."""
+
+    def backfill_paused(self) -> bool:
+        """Whether `alter --rate-limit 0` holds its backfill (it would hold a worker)."""
+
+
+__all__ = ["DeltaMember", "KafkaMvMember", "KafkaSourceMember", "LockBusy", "Member"]
+
 
 def _locked(target: str, name: str) -> ExitStack:
-    """The MV's writer lock for one round, or LockBusy."""
-    stack = ExitStack()
-    try:
-        stack.enter_context(writer_lock(target, name, job_state.PHASE_FORWARD))
-    except TargetError as error:
-        stack.close()
-        raise LockBusy(str(error)) from None
-    return stack
+    """The MV's writer lock for one forward round, or LockBusy."""
+    return locked(target, name, job_state.PHASE_FORWARD)
+
+
+class _NoBackfill:
+    """Members whose table some other task builds (a Kafka pipeline's backfill, a source job)."""
+
+    def needs_backfill(self) -> bool:
+        return False
+
+    def run_backfill(self, spark: SparkSession) -> int:
+        return 0
+
+    def backfill_paused(self) -> bool:
+        return False
 
 
 class DeltaMember:
-    """An MV over Delta upstreams (one, or a join's), once its catch-up handed over."""
+    """An MV over Delta upstreams (one, or a join's): its forward rounds once its catch-up
+    handed over; with `backfill`, its snapshot and catch-up before that."""
 
     kind = "delta"
 
-    def __init__(self, job: BackfillJob, parallelism: int | None = None) -> None:
+    def __init__(self, job: BackfillJob, parallelism: int | None = None, *, backfill: bool = False) -> None:
         self.job = job
         self.name = job.name
         self.target = job.target
         self.sources: tuple[str, ...] = tuple(upstream.table for upstream in job.upstreams)
         self.parallelism = parallelism or job.parallelism
+        self.backfill = backfill
         self._rounds: Rounds | None = None
         self._watermark: int | None = None
         self._followed = False
+        self._created = False
+
+    def is_created(self) -> bool:
+        if not self._created:  # once created it stays so (a deleted MV is `gone`, not uncreated)
+            self._created = (job_state.read_state(self.target).get("state") == job_state.STATE_CREATED
+                             and table_exists(self.target))
+        return self._created
+
+    def needs_backfill(self) -> bool:
+        return self.backfill and not self._followed and not self.is_created()
+
+    def run_backfill(self, spark: SparkSession) -> int:
+        from airflow_backfill.shared_forward.backfill import backfill_mv
+
+        if self.is_created():  # built meanwhile by another process (a per-job DAG's tasks)
+            return 0
+        backfill_mv(spark, self.job)
+        self.forget()
+        self._created = True
+        return 1
+
+    def backfill_paused(self) -> bool:
+        return control.effective_settings(self.job).paused
 
     def waiting(self) -> str | None:
         if self._followed and not table_exists(self.target):
@@ -111,7 +161,7 @@ class DeltaMember:
             return WAIT_CREATING
         if control.effective_settings(self.job).paused:
             return WAIT_PAUSED
-        self._followed = True
+        self._followed = self._created = True
         return None
 
     def rounds(self) -> Rounds:
@@ -150,7 +200,7 @@ class DeltaMember:
         self.forget()
 
 
-class KafkaMvMember:
+class KafkaMvMember(_NoBackfill):
     """A Kafka pipeline's MV once every split is Finished: it follows the source table."""
 
     kind = "kafka"
@@ -161,6 +211,11 @@ class KafkaMvMember:
         self.target = job.target
         self.sources: tuple[str, ...] = (job.source_table,)
         self._followed = False
+
+    def is_created(self) -> bool:
+        from airflow_backfill.kafka.positions import backfill_position
+
+        return self._followed or (table_exists(self.target) and backfill_position(self.target).finished)
 
     def waiting(self) -> str | None:
         from airflow_backfill.kafka.positions import backfill_position
@@ -201,7 +256,7 @@ class KafkaMvMember:
         """Nothing is held between rounds."""
 
 
-class KafkaSourceMember:
+class KafkaSourceMember(_NoBackfill):
     """A Kafka source job: appends the topic to its Delta table, forward only.
 
     Holds the table's writer lock and heartbeat while it is a member, so the Kafka
@@ -217,6 +272,9 @@ class KafkaSourceMember:
         self.target = job.table
         self.sources: tuple[str, ...] = ()  # a topic, not a table
         self._held: ExitStack | None = None
+
+    def is_created(self) -> bool:
+        return table_exists(self.target)
 
     def waiting(self) -> str | None:
         if self._held is not None:

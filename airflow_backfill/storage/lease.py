@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_backfill.config import setting
-from airflow_backfill.exceptions import BackfillConfigError, TargetError
+from airflow_backfill.exceptions import BackfillConfigError, TargetError, WriterBusyError
 from airflow_backfill.storage.failures import named_failure
 from airflow_backfill.storage.s3_settings import S3Settings, settings_for
 from airflow_backfill.storage.uri import bucket_of, object_key
@@ -139,7 +139,7 @@ def _take_over_if_expired(client: Any, bucket: str, key: str, body: Any, target:
         holder = {}
     expires_at = float(holder.get("expires_at") or 0)
     if expires_at > time.time():
-        raise TargetError(
+        raise WriterBusyError(
             f"another run of job {job_name} is writing the MV {target} ({holder.get('phase')} phase, pid "
             f"{holder.get('pid')} on {holder.get('host')}, lease valid for {expires_at - time.time():.0f} s more); "
             "only one run may write an MV at a time. Wait for it to finish or stop it, then retry."
@@ -148,7 +148,7 @@ def _take_over_if_expired(client: Any, bucket: str, key: str, body: Any, target:
         etag: str = client.put_object(Bucket=bucket, Key=key, Body=body(), IfMatch=current["ETag"])["ETag"]
     except Exception as error:
         if _precondition_failed(error):
-            raise TargetError(
+            raise WriterBusyError(
                 f"another run of job {job_name} took the expired writer lease of {target} first; only one run "
                 "may write an MV at a time. Wait for it to finish or stop it, then retry."
             ) from None

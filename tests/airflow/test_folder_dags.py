@@ -63,7 +63,7 @@ def test_each_job_file_becomes_a_dag_and_mvs_over_mvs_wait_for_their_backfill(tm
             "  b: {table: lake/orders_big, primary_key: [id]}",
             "query: SELECT a.id, b.kind FROM a JOIN b ON a.id = b.id",
         ]) + "\n",
-    })
+    }, arguments=', backfill="per_job"')
     bag = bag_of(root)
     assert bag.import_errors == {}
     assert sorted(bag.dags) == ["joined", "orders_big", "orders_mv", "shared_forward"]
@@ -92,6 +92,40 @@ def test_each_job_file_becomes_a_dag_and_mvs_over_mvs_wait_for_their_backfill(tm
     forward = bag.dags["shared_forward"].get_task("forward")
     assert isinstance(forward, SharedForwardOperator)
     assert forward.folder == str((root / "jobs").resolve())
+    assert not forward.backfill
+
+
+def test_by_default_the_shared_forward_backfills_the_folder_and_each_dag_follows_its_mv(tmp_path, elsewhere):
+    from airflow_backfill.operators.mv_ready import MvReadyOperator
+    from airflow_backfill.sensors.lag import CaughtUpSensor
+
+    root = make_folder(tmp_path, {"orders_mv.yaml": job_file("orders_mv", "lake/orders"),
+                                  "orders_big.yaml": job_file("orders_big", "lake/orders_mv")},
+                       arguments=", backfill_workers=3, sensor_timeout=600, verify=True")
+    bag = bag_of(root)
+    assert bag.import_errors == {}
+    assert sorted(dag.dag_id for dag in parse_as_the_dag_processor(root).serialized_dags) == sorted(bag.dags)
+    forward = bag.dags["shared_forward"].get_task("forward")
+    assert forward.backfill and forward.backfill_workers == 3
+    tasks = {task.task_id: task for task in bag.dags["orders_big"].tasks}
+    assert sorted(tasks) == ["orders_big.ready", "orders_big.wait_caught_up"]  # no phase task of its own
+    assert isinstance(tasks["orders_big.wait_caught_up"], CaughtUpSensor)
+    assert tasks["orders_big.wait_caught_up"].timeout == 600
+    assert isinstance(tasks["orders_big.ready"], MvReadyOperator)
+    lake = (root / "jobs" / "lake").resolve()
+    assert {asset.uri for asset in tasks["orders_big.ready"].outlets} == {
+        f"file://{lake / 'orders_big'}", f"file://{lake / 'orders_big'}/_airflow_backfill/caught_up"}
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (', forward="task", backfill="folder"', "runs in the shared forward's application"),
+    (', backfill="together"', "backfill must be 'folder' or 'per_job'"),
+    (", backfill_workers=0", "backfill_workers must be between 1 and 64"),
+])
+def test_a_bad_backfill_shape_is_an_import_error_naming_the_fix(tmp_path, elsewhere, arguments, message):
+    root = make_folder(tmp_path, {"orders_mv.yaml": job_file("orders_mv", "lake/orders")}, arguments=arguments)
+    (error,) = bag_of(root).import_errors.values()
+    assert message in error
 
 
 def parse_as_the_dag_processor(root: Path):
@@ -191,7 +225,8 @@ def test_the_shared_forward_driver_starts_with_the_quick_jit_unless_told_otherwi
     assert conf.get("spark.driver.extraJavaOptions") == user_conf.get("spark.driver.extraJavaOptions")
 
 
-@pytest.mark.parametrize(("field", "value"), [("workers", 0), ("workers", "2"), ("poll_interval", -1),
+@pytest.mark.parametrize(("field", "value"), [("workers", 0), ("workers", "2"), ("backfill_workers", 65),
+                                              ("poll_interval", -1),
                                               ("stop_timeout", True), ("driver_jit", "auto")])
 def test_the_shared_forward_refuses_bad_settings_where_they_enter(tmp_path, field, value):
     from airflow_backfill.exceptions import BackfillConfigError
@@ -237,7 +272,7 @@ def test_every_mv_asset_carries_the_mvs_watcher_wherever_airflow_collects_it(tmp
     assert {type(asset).__name__ for asset in mentions} == {"Asset"}
     tasks = {(dag.dag_id, task.task_id) for dag in bag.dags.values() for task in dag.tasks
              if any(asset.name == uri for asset in (*task.inlets, *task.outlets))}
-    assert {("orders_mv", "orders_mv.snapshot"), ("orders_big", "orders_big.snapshot")} <= tasks
+    assert {("orders_mv", "orders_mv.ready"), ("orders_big", "orders_big.ready")} <= tasks
     for asset in mentions:
         (watcher,) = asset.watchers
         assert watcher.trigger.serialize() == ("airflow_backfill.triggers.mv_commits.MvCommitsTrigger", kwargs)
@@ -250,8 +285,8 @@ def test_every_mv_asset_carries_the_mvs_watcher_wherever_airflow_collects_it(tmp
     assert registered.name == "orders_mv_commits"
     assert BaseEventTrigger.hash(registered.trigger["classpath"], registered.trigger["kwargs"]) == \
         BaseEventTrigger.hash(classpath, kwargs)
-    # The phases' upstream stays a plain asset: a base table has no watcher.
-    assert bag.dags["orders_mv"].get_task("orders_mv.snapshot").inlets[0].watchers == []
+    # The upstream stays a plain asset: a base table has no watcher.
+    assert bag.dags["orders_mv"].get_task("orders_mv.ready").inlets[0].watchers == []
 
 
 def test_a_consumer_names_a_folder_mv_by_its_job_name(tmp_path, elsewhere):
