@@ -175,20 +175,23 @@ def _many_mvs_freshness(section: dict[str, Any], mvs: str) -> list[tuple[str, st
 
 
 def _many_mvs_rounds(section: dict[str, Any], mvs: str) -> list[tuple[str, str, str, str]]:
+    """Rounds, key checks and whole-MV rewrites over the forward's whole run (the window's
+    for runs that kept no more)."""
     table = []
-    for kind, found in (section.get("logged_rounds") or {}).items():
+    whole = section.get("whole_run") or section
+    for kind, found in (whole.get("logged_rounds") or {}).items():
         if isinstance(found, dict) and "median_s" in found:
             plans = ", ".join(f"{plan} {count}" for plan, count in found["plans"].items())
             table.append((f"{mvs} rounds, {kind}", f"{found['count']} rounds, median {_fmt(found['median_s'], ' s')}, "
                           f"p90 {_fmt(found['p90_s'], ' s')} ({plans})", "", ""))
-    checks = (section.get("key_checks") or {}).get("all", {})
+    checks = (whole.get("key_checks") or {}).get("all", {})
     for how in ("upstream_read", "no_upstream_read"):
         found = checks.get(how, {})
         if found.get("count"):
             table.append((f"{mvs} key checks, {how.replace('_', ' ')}", f"{found['count']} checks, median "
                           f"{_fmt(found['median_s'], ' s')}, p90 {_fmt(found['p90_s'], ' s')}, total "
                           f"{_fmt(found['total_s'], ' s')}", "", ""))
-    writes = section.get("writes") or {}
+    writes = whole.get("writes") or {}
     if "rounds" in writes:
         table.append((f"{mvs} rounds that rewrote a whole MV", f"{writes['whole_mv_rewrites']} of {writes['rounds']}",
                       "", ""))
