@@ -249,11 +249,15 @@ def many_mvs_freshness(rows: int) -> Callable[[Result], Figure | None]:
                           for kind, found in fresh.get("kinds", {}).items())
         exited = section.get("forward_exit") or {}
         crash = f"; the forward exited after {exited['after_s']:.0f} s" if exited.get("exited_by_itself") else ""
+        missed = fresh.get("not_reflected_counted_as_lower_bound")
+        bounds = f"; {missed} of {fresh['samples']} not reflected by the end: lower bounds" if missed else ""
+        rate = _get(section, "writers_in_window", "commits_per_s")
+        writers = f"; writers {rate} commits/s" if rate is not None else ""
         options = section.get("forward_java_options")
         diagnostic = f"; driver also run with `{options}`" if options else ""
         met = fresh["median_s"] <= report.MANY_MVS_MEDIAN_TARGET and fresh["p95_s"] <= report.MANY_MVS_P95_TARGET
         return Figure(f"median {_s(fresh['median_s'])}, p95 {_s(fresh['p95_s'])}, max {_s(fresh['max_s'])} "
-                      f"({kinds}{crash}{diagnostic})", met)
+                      f"({kinds}{bounds}{writers}{crash}{diagnostic})", met)
     return read
 
 
