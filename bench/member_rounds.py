@@ -2,7 +2,7 @@
 
     python bench/member_rounds.py [--rounds 8] [--mvs plain_0,agg_1,join_0]
 
-The `many_mvs` section's MVs (`bench/many_mvs.py`: a stateless MV with a WHERE, an
+The `many_mvs` section's simulator MVs (`bench/mv_workloads.py`: a stateless MV with a WHERE, an
 aggregate with a SUM of a DOUBLE, a join of two upstreams) over its 20,000-row `orders`
 upstreams, backfilled, then rounds run by `DeltaMember.run_round` as the shared forward
 runs them: before each round every upstream commits one epoch (20 inserts, 20 updates, 2
@@ -33,7 +33,8 @@ if str(ROOT) not in sys.path:  # `python bench/member_rounds.py` puts bench/, no
 import psutil  # noqa: E402
 
 from bench import run_record  # noqa: E402
-from bench.many_mvs import UPSTREAM_ROWS, mv_declarations, write_job_folder  # noqa: E402
+from bench.many_mvs import write_job_folder  # noqa: E402
+from bench.mv_workloads import UPSTREAM_ROWS, mv_declarations  # noqa: E402
 
 WARM_UP_ROUNDS = 2
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python bench/member_rounds.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=8, help=f"rounds per MV (the first {WARM_UP_ROUNDS} not counted)")
-    parser.add_argument("--mvs", default="plain_0,agg_1,join_0", help="MVs of bench/many_mvs.py's ten, comma-separated")
+    parser.add_argument("--mvs", default="plain_0,agg_1,join_0", help="MVs of the simulator's ten (bench/mv_workloads.py), comma-separated")
     parser.add_argument("--work-dir", default=None, help="scratch folder (default: a new temporary one)")
     parser.add_argument("--output", default=None, help="result file (default: bench/results/, by date and commit)")
     args = parser.parse_args(argv)

@@ -108,46 +108,109 @@ MANY_MVS_RSS_TARGET_GIB = 12.0
 
 
 def _many_mvs_rows(section: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
-    """The many_mvs section (bench/many_mvs.py): freshness and memory against the targets."""
+    """The many_mvs section (bench/many_mvs.py): freshness and memory against the targets,
+    the rounds, key checks, rewrites, feeds along the chains, exactness and the JVM."""
     if section is None:
         return []
     if section.get("status") != "measured":
         return [("10. many MVs", _short(section.get("status")), "", "")]
-    table = []
-    mvs = section["mvs"]
-    steady = section["steady"]
-    for label, window in (("", steady), (", a new MV backfilling", section.get("with_backfill"))):
-        fresh = (window or {}).get("freshness", {})
-        if "median_s" not in fresh:
-            table.append((f"10. {mvs} MVs freshness{label}", _short(fresh.get("status")), "", ""))
-            continue
-        met = fresh["median_s"] <= MANY_MVS_MEDIAN_TARGET and fresh["p95_s"] <= MANY_MVS_P95_TARGET
-        target = f"median <= {MANY_MVS_MEDIAN_TARGET} s, p95 <= {MANY_MVS_P95_TARGET} s"
-        if window is not steady and "median_s" in steady.get("freshness", {}):
-            met = fresh["p95_s"] <= 2 * steady["freshness"]["p95_s"]
-            target = "p95 <= 2x without"
-        table.append((f"10. {mvs} MVs freshness{label}",
-                      f"median {_fmt(fresh['median_s'], ' s')}, p95 {_fmt(fresh['p95_s'], ' s')} "
-                      f"({fresh['samples']} samples); CPU {_fmt((window or {}).get('cpu_cores'))} cores", target, _verdict(met)))
+    mvs = f"10. {section['mvs']} MVs ({section.get('writers')}' writers, {section.get('rows')} rows an upstream)"
+    table = _many_mvs_freshness(section, mvs)
     for window, label in (("steady", ""), ("with_backfill", ", a new MV backfilling")):
         total = section.get(f"platform_{window}_pss_peak_gib")
         measured = section.get(window) or {}
-        table.append((f"10. {mvs} MVs resident memory (PSS), every process{label}",
+        table.append((f"{mvs} resident memory (PSS), every process{label}",
                       f"{_fmt(total, ' GiB')} (forward{' and backfill' if label else ''} "
                       f"{_fmt(measured.get('pss_peak_mib'), ' MiB')}, Airflow and PostgreSQL "
                       f"{_fmt(section.get('airflow', {}).get('pss_peak_mib'), ' MiB')}; RSS summed "
                       f"{_fmt(section.get(f'platform_{window}_rss_peak_gib'), ' GiB')})",
                       f"<= {MANY_MVS_RSS_TARGET_GIB} GiB",
                       _verdict(None if total is None else total <= MANY_MVS_RSS_TARGET_GIB)))
+    table += _many_mvs_rounds(section, mvs)
     single = section.get("single_mv_forward", {})
     if "idle_rss_mib" in single:
         table.append(("10. alternative: a forward task per MV",
                       f"{_fmt(single['idle_rss_mib'], ' MiB')} each idle, {_fmt(single['projected_rss_gib_for_all'], ' GiB')} "
-                      f"for {mvs}; a run per commit {_fmt(single['per_commit_run_s'], ' s')} launch to commit", "", ""))
+                      f"for {section['mvs']}; a run per commit {_fmt(single['per_commit_run_s'], ' s')} launch to commit",
+                      "", ""))
     exact = section.get("exact", {})
-    if "exact" in exact:
-        table.append((f"10. {mvs} MVs exact at their last watermark", f"{exact['exact']} of {exact['checked']}",
-                      "all", _verdict(exact["exact"] == exact["checked"])))
+    last, every = exact.get("last_watermark", {}), exact.get("every_version", {})
+    if "checked" in last:
+        versions = f"; {every['exact']} of {every['checked']} versions in the window" if every.get("checked") else ""
+        table.append((f"{mvs} exact", f"{last['exact']} of {last['checked']} at the last watermark{versions}", "all",
+                       _verdict(last["exact"] == last["checked"] and every.get("exact") == every.get("checked"))))
+    else:
+        table.append((f"{mvs} exact", _short(exact.get("status")), "", ""))
+    return table
+
+
+def _many_mvs_freshness(section: dict[str, Any], mvs: str) -> list[tuple[str, str, str, str]]:
+    table = []
+    steady = section["steady"]
+    for label, window in (("", steady), (", a new MV backfilling", section.get("with_backfill"))):
+        fresh = (window or {}).get("freshness", {})
+        if "median_s" not in fresh:
+            if window is not None:
+                table.append((f"{mvs} freshness{label}", _short(fresh.get("status")), "", ""))
+            continue
+        met = fresh["median_s"] <= MANY_MVS_MEDIAN_TARGET and fresh["p95_s"] <= MANY_MVS_P95_TARGET
+        target = f"median <= {MANY_MVS_MEDIAN_TARGET} s, p95 <= {MANY_MVS_P95_TARGET} s"
+        if window is not steady and "median_s" in steady.get("freshness", {}):
+            met = fresh["p95_s"] <= 2 * steady["freshness"]["p95_s"]
+            target = "p95 <= 2x without"
+        table.append((f"{mvs} freshness{label}",
+                      f"median {_fmt(fresh['median_s'], ' s')}, p95 {_fmt(fresh['p95_s'], ' s')}, max "
+                      f"{_fmt(fresh['max_s'], ' s')} ({fresh['samples']} samples, "
+                      f"{fresh['not_reflected_counted_as_lower_bound']} not reflected); CPU "
+                      f"{_fmt((window or {}).get('cpu_cores'))} cores", target, _verdict(met)))
+        for kind, found in fresh.get("kinds", {}).items():
+            table.append((f"{mvs} freshness{label}, {kind}",
+                          f"median {_fmt(found['median_s'], ' s')}, p95 {_fmt(found['p95_s'], ' s')}, max "
+                          f"{_fmt(found['max_s'], ' s')}", "", ""))
+    exited = section.get("forward_exit") or {}
+    if exited.get("exited_by_itself"):
+        table.append((f"{mvs} the shared forward", f"exited by itself (code {exited['code']}) after "
+                      f"{_fmt(exited['after_s'], ' s')}", "runs for ever", "MISSED"))
+    return table
+
+
+def _many_mvs_rounds(section: dict[str, Any], mvs: str) -> list[tuple[str, str, str, str]]:
+    """Rounds, key checks and whole-MV rewrites over the forward's whole run (the window's
+    for runs that kept no more)."""
+    table = []
+    whole = section.get("whole_run") or section
+    for kind, found in (whole.get("logged_rounds") or {}).items():
+        if isinstance(found, dict) and "median_s" in found:
+            plans = ", ".join(f"{plan} {count}" for plan, count in found["plans"].items())
+            table.append((f"{mvs} rounds, {kind}", f"{found['count']} rounds, median {_fmt(found['median_s'], ' s')}, "
+                          f"p90 {_fmt(found['p90_s'], ' s')} ({plans})", "", ""))
+    checks = (whole.get("key_checks") or {}).get("all", {})
+    for how in ("upstream_read", "no_upstream_read"):
+        found = checks.get(how, {})
+        if found.get("count"):
+            table.append((f"{mvs} key checks, {how.replace('_', ' ')}", f"{found['count']} checks, median "
+                          f"{_fmt(found['median_s'], ' s')}, p90 {_fmt(found['p90_s'], ' s')}, total "
+                          f"{_fmt(found['total_s'], ' s')}", "", ""))
+    writes = whole.get("writes") or {}
+    if "rounds" in writes:
+        table.append((f"{mvs} rounds that rewrote a whole MV", f"{writes['whole_mv_rewrites']} of {writes['rounds']}",
+                      "", ""))
+    for link in (section.get("chain_feeds") or {}).get("links", []):
+        if link.get("feed_rows_per_changed_row") is not None:
+            table.append((f"{mvs} feed rows per changed row, {link['source']} -> {link['reader']}",
+                          f"{_fmt(link['feed_rows_per_changed_row'])} ({link['feed_rows']} rows, "
+                          f"{link['changed_rows']} changed, {link['versions']} versions)", "<= 2", ""))
+    cache = section.get("code_cache") or {}
+    if "full" in cache:
+        at = cache.get("at_jvm_uptime_s")
+        when = f" at {at:.0f} s of the JVM" if at else ""
+        table.append((f"{mvs} JVM code cache full", f"{'yes' if cache['full'] else 'no'}{when}", "no",
+                      _verdict(not cache["full"])))
+    for kind, found in (section.get("plain_recompute") or {}).items():
+        if isinstance(found, dict) and "submit_s" in found:
+            table.append((f"{mvs} plain Spark recompute, {kind} ({found['mv']})",
+                          f"{_fmt(found['submit_s'], ' s')} as a spark-submit, "
+                          f"{_fmt(found['read_query_write_s'], ' s')} read, query and write", "", ""))
     return table
 
 

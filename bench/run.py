@@ -16,8 +16,9 @@ nothing downloaded), then measures, each configuration in its own process:
 5. orchestration overhead: `airflow dags test` against the phases' Spark time;
 6. peak memory of every case;
 7. (`submit`) catch-up and a plain recompute each as its own spark-submit, as a DAG runs them;
-8. (`many_mvs`) fifty MVs over five live upstreams kept fresh by the shared forward: memory,
-   CPU, freshness, then the same while a new MV backfills lineitem (bench/many_mvs.py).
+8. (`many_mvs`) fifty MVs over live upstreams (users' writers by default) kept fresh by the
+   shared forward: freshness, rounds, memory, CPU, exactness, then the same while a new MV
+   backfills lineitem (bench/many_mvs.py).
 
 Prints a table and writes the run's JSON into bench/results/, named by date and commit
 (`bench/run_record.py`); `python bench/table.py` then puts its figures into
@@ -43,6 +44,7 @@ if ROOT not in sys.path:  # `python bench/run.py` puts bench/, not the checkout,
 from airflow_backfill.shared_forward import DEFAULT_WORKERS  # noqa: E402
 from bench import report, run_record  # noqa: E402
 from bench.measure import stopwatch  # noqa: E402
+from bench.mv_workloads import UPSTREAM_ROWS, USERS, WRITERS  # noqa: E402
 from bench.workload import WARM_UP_SCALE_FACTOR  # noqa: E402
 
 SECTIONS = ("snapshot_overhead", "scaling", "catch_up", "refresh", "freshness", "orchestration", "submit",
@@ -77,6 +79,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="seconds of each measured window of the many_mvs section")
     parser.add_argument("--many-mvs-workers", type=int, default=DEFAULT_WORKERS,
                         help=f"rounds the shared forward applies at once in the many_mvs section (default {DEFAULT_WORKERS})")
+    parser.add_argument("--many-mvs-warm-up", type=float, default=45.0,
+                        help="seconds the shared forward runs before the many_mvs section's window")
+    parser.add_argument("--writers", choices=WRITERS, default=USERS,
+                        help="many_mvs: the users' writers and MVs (delta-rs and Spark; default) or the simulator's")
+    parser.add_argument("--upstream-rows", type=int, default=UPSTREAM_ROWS,
+                        help=f"many_mvs: rows of each upstream (default {UPSTREAM_ROWS})")
+    parser.add_argument("--commits-per-second", type=float, default=2.0,
+                        help="many_mvs, users' writers: commits a second over all four upstreams (default 2)")
+    parser.add_argument("--forward-java-options", default="",
+                        help="many_mvs: JVM options added to the shared forward driver's documented ones "
+                             "(a diagnostic run; default none)")
+    parser.add_argument("--exact-every-version-rows", type=int, default=20_000,
+                        help="many_mvs: check every MV version of the window (a sample of each kind) up to this "
+                             "many rows an upstream (default 20000)")
     parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS), help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument("--repeats", type=int, default=3, help="runs per snapshot measurement (median)")
     parser.add_argument("--epochs", type=int, default=None, help="freshness epochs (default 60, --quick 6)")
@@ -94,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"unknown section(s) {unknown}; choose from {SECTIONS}")
     if args.repeats < 1:
         parser.error("--repeats must be 1 or more")
+    if args.upstream_rows < 1 or args.commits_per_second <= 0:
+        parser.error("--upstream-rows must be 1 or more and --commits-per-second above 0")
     if args.epochs is None:
         args.epochs = 6 if args.quick else 60
     return args
@@ -223,7 +241,8 @@ def _many_mvs_section(work_dir: str, tables: Any, args: argparse.Namespace) -> d
     """Many MVs kept fresh by one shared forward (bench/many_mvs.py)."""
     from bench.many_mvs import many_mvs_section
 
-    print(f"[bench] many_mvs: {args.mvs} MVs over five live upstreams, one shared forward", flush=True)
+    print(f"[bench] many_mvs: the {args.writers}' MVs over upstreams of {args.upstream_rows} rows, one shared forward",
+          flush=True)
     with stopwatch() as elapsed:
         try:
             section = many_mvs_section(work_dir, tables, args)
@@ -231,6 +250,14 @@ def _many_mvs_section(work_dir: str, tables: Any, args: argparse.Namespace) -> d
             section = {"status": f"failed: {type(error).__name__}: {str(error)[-500:]}"}
     section["section_s"] = round(elapsed(), 3)
     return section
+
+
+def many_mvs_label(args: argparse.Namespace) -> str | None:
+    """`many_mvs-users-20k`: what a run of the many_mvs section is named by (its writers and
+    size); None for runs without it."""
+    if "many_mvs" not in args.sections:
+        return None
+    return f"many_mvs-{args.writers}-{run_record.rows_label(args.upstream_rows)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = os.path.abspath(args.work_dir or tempfile.mkdtemp(prefix="airflow_backfill-bench-"))
     os.makedirs(work_dir, exist_ok=True)
     meta: dict[str, Any] = {
-        **run_record.run_meta("run", "run.py", argv),
+        **run_record.run_meta("run", "run.py", argv, label=many_mvs_label(args)),
         "scale_factor": args.scale, "quick": args.quick, "sections": list(args.sections),
         "repeats": args.repeats, "backfill_parallelism": args.backfill_parallelism, "seed": args.seed,
         "work_dir": work_dir,

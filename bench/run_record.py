@@ -75,11 +75,21 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
-def run_meta(bench: str, script: str, argv: Sequence[str]) -> dict[str, Any]:
-    """The `meta` block of a run that starts now: call it before measuring (the load before)."""
+def rows_label(rows: int) -> str:
+    """20000 -> "20k", 2000000 -> "2m": a size as file names say it."""
+    for unit, size in (("m", 1_000_000), ("k", 1_000)):
+        if rows >= size and rows % size == 0:
+            return f"{rows // size}{unit}"
+    return str(rows)
+
+
+def run_meta(bench: str, script: str, argv: Sequence[str], label: str | None = None) -> dict[str, Any]:
+    """The `meta` block of a run that starts now: call it before measuring (the load before).
+    `label` names the run's file instead of `bench` (a section and its settings)."""
     head, dirty = commit()
     return {
-        "bench": bench, "command": command_line(script, argv), "commit": head, "dirty": dirty,
+        "bench": bench, **({"label": label} if label else {}), "command": command_line(script, argv),
+        "commit": head, "dirty": dirty,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "date": time.strftime("%Y-%m-%d"),
         "load_before": load_average(), **machine(), "versions": versions(),
     }
@@ -91,10 +101,10 @@ def finish_meta(meta: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def result_path(meta: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
-    """`bench/results/<date>-<HHMM>-<commit>-<bench>.json`: sorted by name, the runs are in
-    the order they started."""
+    """`bench/results/<date>-<HHMM>-<commit>-<label or bench>.json`: sorted by name, the runs
+    are in the order they started."""
     stamp = time.strftime("%Y-%m-%d-%H%M", time.strptime(meta["started"][:19], "%Y-%m-%dT%H:%M:%S"))
-    return directory / f"{stamp}-{meta['commit']}-{meta['bench']}.json"
+    return directory / f"{stamp}-{meta['commit']}-{meta.get('label') or meta['bench']}.json"
 
 
 def write_result(result: dict[str, Any], output: str | os.PathLike[str] | None = None) -> Path:

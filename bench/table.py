@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/table.py` puts bench/, not the checkout, on the path
     sys.path.insert(0, str(ROOT))
 
-from bench import report  # noqa: E402
+from bench import report, run_record  # noqa: E402
 from bench.run_record import RESULTS_DIR  # noqa: E402
 
 BENCHMARKS_PAGE = ROOT / "docs" / "benchmarks.md"
@@ -60,6 +60,8 @@ class Row:
     scale: float | None
     """The TPC-H scale factor the row is about (None: the benchmark has none)."""
     read: Callable[[Result], Figure | None]
+    across: Callable[[Sequence[Run]], tuple[Run, Figure] | None] | None = None
+    """For a figure that compares runs (two sizes): found among all runs instead of one."""
 
 
 def _get(data: Any, *path: str) -> Any:
@@ -230,6 +232,130 @@ def join_refresh(kind: str, target: float) -> Callable[[Result], Figure | None]:
     return read
 
 
+MANY_MVS_SIZES = (20_000, 200_000, 2_000_000)
+"""Rows an upstream of the many_mvs section's users' runs, each a row group of the table."""
+KIND_LABELS = {"stateless": "stateless", "aggregate": "aggregate", "over_mv": "over an MV", "join": "join"}
+
+
+def _size(rows: int) -> str:
+    return f"{rows // 1_000_000} M" if rows >= 1_000_000 else f"{rows // 1_000} k"
+
+
+def many_mvs_users(result: Result, rows: int) -> dict[str, Any] | None:
+    """The many_mvs section of a run with the users' writers at `rows` rows an upstream."""
+    section = _get(result, "many_mvs") or {}
+    if section.get("status") != "measured" or section.get("writers") != "users" or section.get("rows") != rows:
+        return None
+    return section
+
+
+def many_mvs_freshness(rows: int) -> Callable[[Result], Figure | None]:
+    def read(result: Result) -> Figure | None:
+        section = many_mvs_users(result, rows) or {}
+        fresh = _get(section, "steady", "freshness") or {}
+        if "median_s" not in fresh:
+            return None
+        kinds = ", ".join(f"{KIND_LABELS.get(kind, kind)} {_s(found['median_s'])} / {_s(found['p95_s'])}"
+                          for kind, found in fresh.get("kinds", {}).items())
+        exited = section.get("forward_exit") or {}
+        crash = f"; the forward exited after {exited['after_s']:.0f} s" if exited.get("exited_by_itself") else ""
+        missed = fresh.get("not_reflected_counted_as_lower_bound")
+        bounds = f"; {missed} of {fresh['samples']} not reflected by the end: lower bounds" if missed else ""
+        rate = _get(section, "writers_in_window", "commits_per_s")
+        writers = f"; writers {rate} commits/s" if rate is not None else ""
+        options = section.get("forward_java_options")
+        diagnostic = f"; driver also run with `{options}`" if options else ""
+        met = fresh["median_s"] <= report.MANY_MVS_MEDIAN_TARGET and fresh["p95_s"] <= report.MANY_MVS_P95_TARGET
+        return Figure(f"median {_s(fresh['median_s'])}, p95 {_s(fresh['p95_s'])}, max {_s(fresh['max_s'])} "
+                      f"({kinds}{bounds}{writers}{crash}{diagnostic})", met)
+    return read
+
+
+def many_mvs_rounds(rows: int) -> Callable[[Result], Figure | None]:
+    def read(result: Result) -> Figure | None:
+        section = many_mvs_users(result, rows) or {}
+        whole = section.get("whole_run") or section  # runs before the whole run was kept: their window's
+        logged = whole.get("logged_rounds") or {}
+        if not logged or "status" in logged:
+            return None
+        kinds = ", ".join(f"{KIND_LABELS.get(kind, kind)} {_s(found['median_s'])} / {_s(found['p90_s'])} "
+                          f"({found['count']})" for kind, found in logged.items())
+        checks = _get(whole, "key_checks", "all", "upstream_read") or {}
+        check = (f"; key checks reading the upstream: {checks['count']}, median {_s(checks['median_s'])}"
+                 if checks.get("count") else "; no key check read the upstream")
+        writes = whole.get("writes") or {}
+        rewrites = (f"; {writes['whole_mv_rewrites']} of {writes['rounds']} rounds rewrote a whole MV"
+                    if "rounds" in writes else "")
+        cache = section.get("code_cache") or {}
+        full = (f"; JVM code cache full at {cache['at_jvm_uptime_s']:.0f} s" if cache.get("at_jvm_uptime_s")
+                else "; JVM code cache full" if cache.get("full") else "; code cache never full")
+        scope = "the forward's whole run" if "whole_run" in section else "the window"
+        return Figure(f"{kinds} (median / p90 (rounds), {scope}){check}{rewrites}{full}")
+    return read
+
+
+def many_mvs_memory(rows: int) -> Callable[[Result], Figure | None]:
+    def read(result: Result) -> Figure | None:
+        section = many_mvs_users(result, rows) or {}
+        total = section.get("platform_steady_pss_peak_gib")
+        if total is None:
+            return None
+        forward = _get(section, "steady", "pss_peak_mib") or 0.0
+        airflow = _get(section, "airflow", "pss_peak_mib") or 0.0
+        cpu = _get(section, "steady", "cpu_cores")
+        return Figure(f"{total:.2f} GiB PSS (forward {forward / 1024:.2f} GiB, Airflow and PostgreSQL "
+                      f"{airflow / 1024:.2f} GiB); forward CPU {cpu} cores", total <= report.MANY_MVS_RSS_TARGET_GIB)
+    return read
+
+
+def many_mvs_exact(rows: int) -> Callable[[Result], Figure | None]:
+    def read(result: Result) -> Figure | None:
+        section = many_mvs_users(result, rows) or {}
+        last = _get(section, "exact", "last_watermark") or {}
+        if "checked" not in last:
+            return None
+        every = _get(section, "exact", "every_version") or {}
+        versions = (f"; {every['exact']} of {every['checked']} versions in the window ({len(every['mvs'])} MVs)"
+                    if every.get("checked") else "")
+        met = last["exact"] == last["checked"] and every.get("exact", 0) == every.get("checked", 0)
+        return Figure(f"{last['exact']} of {last['checked']} at the last watermark{versions}", met)
+    return read
+
+
+def many_mvs_size_ratio(runs: Sequence[Run]) -> tuple[Run, Figure] | None:
+    """Freshness at 2 M rows an upstream over that at 20 k (each size's latest run)."""
+    large_row, small_row = (ROWS_BY_ANCHOR[f"many-mvs-{label}-freshness"] for label in ("2m", "20k"))
+    large, small = latest(large_row, runs), latest(small_row, runs)
+    if large is None or small is None:
+        return None
+    figures = [_get(run.result, "many_mvs", "steady", "freshness") for run, _ in (large, small)]
+    ratios = [figures[0][name] / figures[1][name] if figures[1][name] else float("inf") for name in ("median_s", "p95_s")]
+    return large[0], Figure(f"median {_x(ratios[0])}, p95 {_x(ratios[1])} (2 M: {_s(figures[0]['median_s'])} / "
+                            f"{_s(figures[0]['p95_s'])}; 20 k: {_s(figures[1]['median_s'])} / "
+                            f"{_s(figures[1]['p95_s'])})", max(ratios) <= 1.5)
+
+
+def many_mvs_rows() -> tuple[Row, ...]:
+    rows: list[Row] = []
+    for size in MANY_MVS_SIZES:
+        label, name = run_record.rows_label(size), _size(size)
+        prefix = f"fifty MVs, users' writers, {name} rows an upstream"
+        rows += [
+            Row(f"many-mvs-{label}-freshness", f"{prefix}: freshness, every MV against its base upstream(s)",
+                "median <= 3 s, p95 <= 10 s", "run", None, many_mvs_freshness(size)),
+            Row(f"many-mvs-{label}-rounds", f"{prefix}: round seconds by kind, key checks that read the upstream, "
+                "whole-MV rewrites, code cache",
+                "(reported)", "run", None, many_mvs_rounds(size)),
+            Row(f"many-mvs-{label}-memory", f"{prefix}: every process of the platform, resident (PSS)",
+                "<= 12 GiB", "run", None, many_mvs_memory(size)),
+            Row(f"many-mvs-{label}-exact", f"{prefix}: exact (the tests' oracle)", "all", "run", None,
+                many_mvs_exact(size)),
+        ]
+    rows.append(Row("many-mvs-2m-vs-20k", "fifty MVs, users' writers: freshness at 2 M rows an upstream / at 20 k",
+                    "<= 1.5x", "run", None, lambda result: None, across=many_mvs_size_ratio))
+    return tuple(rows)
+
+
 ROWS: tuple[Row, ...] = (
     Row("snapshot-stateless", "snapshot / plain Spark job, stateless MV, key proved", "<= 1.3x", "run", 1.0,
         snapshot_overhead("stateless", report.SNAPSHOT_OVERHEAD_TARGET)),
@@ -289,6 +415,7 @@ ROWS: tuple[Row, ...] = (
     Row("folder-backfill", "fifty MVs (the many_mvs mix, 150 k rows per upstream) backfilled from nothing: "
         "the folder as one application vs a spark-submit per MV's phase", "<= 3 min", "folder_backfill", None,
         folder_backfill),
+    *many_mvs_rows(),
 )
 ROWS_BY_ANCHOR = {row.anchor: row for row in ROWS}
 
@@ -335,6 +462,8 @@ def _same_scale(run: Run, scale: float | None) -> bool:
 
 def latest(row: Row, runs: Sequence[Run]) -> tuple[Run, Figure] | None:
     """The latest full run (not `--quick`) of the row's benchmark and scale that measured it."""
+    if row.across is not None:
+        return row.across(runs)
     for run in reversed(runs):
         if run.meta.get("bench") != row.bench or run.meta.get("quick") or not _same_scale(run, row.scale):
             continue
@@ -378,7 +507,8 @@ def cost_table(runs: Sequence[Run]) -> str:
 def _history_line(run: Run) -> str:
     meta = run.meta
     rows = [row for row in ROWS if row.bench == meta.get("bench")]
-    if not any(_same_scale(run, row.scale) for row in rows):  # another scale (a quick run): its SF 1 rows' figures
+    scaled = [row for row in rows if row.scale is not None]
+    if scaled and not any(_same_scale(run, row.scale) for row in scaled):  # another scale (a quick run): its SF 1 rows' figures
         rows = [row for row in rows if row.scale in (None, 1.0)]
     else:
         rows = [row for row in rows if _same_scale(run, row.scale)]

@@ -110,7 +110,14 @@ def plain_recompute(spark: SparkSession, source: str, version: int, query: str, 
     """The baseline of every catch-up figure: what a user would run instead of catching up.
     Read the upstream as of the version, run the query, overwrite a Delta table; no key
     proof, no chunks, no watermark."""
-    spark.read.format("delta").option("versionAsOf", version).load(source).createOrReplaceTempView("source")
+    plain_recompute_over(spark, {"source": (source, version)}, query, target)
+
+
+def plain_recompute_over(spark: SparkSession, tables: dict[str, tuple[str, int]], query: str, target: str) -> None:
+    """`plain_recompute` of a query over several tables (a join's upstreams), each read as
+    of its own version under the name the query gives it."""
+    for name, (uri, version) in tables.items():
+        spark.read.format("delta").option("versionAsOf", version).load(uri).createOrReplaceTempView(name)
     spark.sql(query).write.format("delta").mode("overwrite").save(target)
 
 
