@@ -78,6 +78,7 @@ def lookup_seconds(uri: str, rows: int, rng: random.Random) -> float:
     from airflow_backfill.engine.delta.log_state import table_state
 
     state = table_state(uri)
+    assert state is not None, f"no Delta table at {uri}"
     keys = pa.table({"k": pa.array(rng.sample(range(1, rows + 1), 100), pa.int64())})
     started = time.perf_counter()
     found = find_rows(state, ["k"], keys, ["k", "customer", "status", "amount", "quantity"])

@@ -23,6 +23,8 @@ APPLIED = re.compile(r"forward: applied .*?, plan (?P<plan>.*)\) in (?P<seconds>
 PROBED = re.compile(re.escape(PROBE_LINE) + r"(?P<seconds>[\d.]+) s, (?P<how>.+)$")
 ENGINE_READ = "upstream keys the round added checked at epoch"
 ENGINE_SKIPPED = "upstream keys the round added lie above the upstream's largest key"
+ENGINE_LOOKED_UP = "upstream keys the round added looked up at epoch"
+HOW = {"upstream read": "upstream_read", "driver lookup": "driver_lookup", "no upstream read": "no_upstream_read"}
 CODE_CACHE_FULL = re.compile(r"^\[(?P<uptime>[\d.]+)s\]\[warning\]\[codecache\] CodeCache is full")
 OUT_OF_CODE_CACHE = "Out of space in CodeCache"
 
@@ -64,17 +66,19 @@ def key_checks(text: str, kinds: dict[str, str], start: float | None = None, end
     """Per kind and in all: the checks that read the upstream and those that did not, with
     their seconds (probe lines), and the engine's own count of each way."""
     probed: dict[str, dict[str, list[float]]] = {}
-    engine = {"upstream_read": 0, "no_upstream_read": 0}
+    engine = {how: 0 for how in HOW.values()}
     for member, message in member_lines(text, start, end):
         found = PROBED.search(message)
         if found is not None:
-            how = "upstream_read" if found["how"] == "upstream read" else "no_upstream_read"
+            how = HOW.get(found["how"], "no_upstream_read")
             probed.setdefault(kinds.get(member, "other"), {}).setdefault(how, []).append(float(found["seconds"]))
         elif ENGINE_READ in message:
             engine["upstream_read"] += 1
+        elif ENGINE_LOOKED_UP in message:
+            engine["driver_lookup"] += 1
         elif ENGINE_SKIPPED in message:
             engine["no_upstream_read"] += 1
-    every: dict[str, list[float]] = {"upstream_read": [], "no_upstream_read": []}
+    every: dict[str, list[float]] = {how: [] for how in HOW.values()}
     for ways in probed.values():
         for how, values in ways.items():
             every[how] += values

@@ -185,7 +185,7 @@ def _many_mvs_rounds(section: dict[str, Any], mvs: str) -> list[tuple[str, str, 
             table.append((f"{mvs} rounds, {kind}", f"{found['count']} rounds, median {_fmt(found['median_s'], ' s')}, "
                           f"p90 {_fmt(found['p90_s'], ' s')} ({plans})", "", ""))
     checks = (whole.get("key_checks") or {}).get("all", {})
-    for how in ("upstream_read", "no_upstream_read"):
+    for how in ("upstream_read", "driver_lookup", "no_upstream_read"):
         found = checks.get(how, {})
         if found.get("count"):
             table.append((f"{mvs} key checks, {how.replace('_', ' ')}", f"{found['count']} checks, median "

@@ -100,7 +100,7 @@ def snapshot_seconds(spark: Any, upstream: str, target: str, layout: tuple[int, 
     from airflow_backfill.job import BackfillJob
 
     shutil.rmtree(target, ignore_errors=True)
-    job = BackfillJob(name="layout", source=upstream, target=target, query=QUERY, primary_key=["order_id"],
+    job = BackfillJob(name="layout", source=upstream, target=target, query=QUERY, primary_key=("order_id",),
                       backfill_parallelism=2)
     with overridden(mv_file_rows=layout[0], mv_row_group_rows=layout[1]):
         started, cpu = time.perf_counter(), clock.cpu()

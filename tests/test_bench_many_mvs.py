@@ -184,9 +184,11 @@ def test_round_costs_are_per_kind_and_a_joins_are_its_whole_rounds(tmp_path: Pat
 FORWARD_LOG = """\
 2026-12-05 10:00:01,000 INFO airflow_backfill.shared_forward.loop: shared forward: a (delta) joined the set
 2026-12-05 10:00:02,000 INFO bench.key_check_probe: [a] bench key check: 5.250 s, upstream read
-2026-12-05 10:00:02,100 INFO airflow_backfill.engine.phases.repeated_keys: [a] upstream keys the round added checked at epoch 4: each is held once
+2026-12-05 10:00:02,100 INFO airflow_backfill.engine.rounds.key_check: [a] upstream keys the round added checked at epoch 4: each is held once
 2026-12-05 10:00:02,500 INFO airflow_backfill.engine.phases.apply: [a] forward: applied epochs 3..4 (12 change rows, 5 MV keys, plan overwrite) in 6.10s
 2026-12-05 10:00:03,000 INFO bench.key_check_probe: [a] bench key check: 0.250 s, no upstream read
+2026-12-05 10:00:03,200 INFO bench.key_check_probe: [a] bench key check: 0.040 s, driver lookup
+2026-12-05 10:00:03,210 INFO airflow_backfill.engine.rounds.key_check: [a] 3 upstream keys the round added looked up at epoch 5 in 1 of 4 files (90 key values read): each is held once
 2026-12-05 10:00:04,000 INFO airflow_backfill.engine.phases.apply: [g] forward: applied epochs 1..9 (40 change rows, 3 MV keys, plan incremental (state overwrite, mv overwrite)) in 1.50s
 [70.763s][warning][codecache] CodeCache is full. Compiler has been disabled.
 java.lang.VirtualMachineError: Out of space in CodeCache for adapters
@@ -205,7 +207,8 @@ def test_the_forward_log_gives_rounds_key_checks_and_the_code_cache():
     assert checks["all"]["upstream_read"] == {"count": 1, "median_s": 5.25, "p90_s": 5.25, "max_s": 5.25,
                                               "total_s": 5.2}
     assert checks["all"]["no_upstream_read"]["count"] == 1
-    assert checks["engine_lines"] == {"upstream_read": 1, "no_upstream_read": 0}
+    assert checks["all"]["driver_lookup"]["count"] == 1 and checks["all"]["driver_lookup"]["median_s"] == 0.04
+    assert checks["engine_lines"] == {"upstream_read": 1, "driver_lookup": 1, "no_upstream_read": 0}
     assert forward_log.code_cache(FORWARD_LOG) == {"full": True, "at_jvm_uptime_s": 70.763,
                                                     "out_of_code_cache_errors": 1}
     assert forward_log.code_cache("all well") == {"full": False, "at_jvm_uptime_s": None, "out_of_code_cache_errors": 0}
