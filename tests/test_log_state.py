@@ -1,17 +1,23 @@
 """A table's live files as the driver replays its log are the ones Delta's readers list:
 after appends, MERGE, DELETE and UPDATE by delta-rs and by Spark (deletion vectors
 included), from a checkpoint of either writer, at an older version, and for a table
-recreated at the same path."""
+recreated at the same path; a round parses each commit of its range once.
 
 from __future__ import annotations
 
+import random
 import shutil
+from collections import Counter
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from test_appends import snapshotted_mv
 
+from airflow_backfill.engine.delta import log_state
 from airflow_backfill.engine.delta.log_state import commit_entry, table_state
+from airflow_backfill.engine.phases.catch_up import run_catch_up
+from airflow_backfill.simulator import commit_epoch
 
 
 def _delta_rs_paths(uri: str, version: int | None = None) -> list[str]:
@@ -76,3 +82,27 @@ def test_spark_commits_with_deletion_vectors_and_its_checkpoints_are_replayed(sp
 
     log_state._states.clear()  # from the checkpoint at version 3 (interval 3) and commit 4
     assert {live.path: live.deletion_vector for live in table_state(uri).files if live.deletion_vector} == vectors
+
+
+@pytest.mark.spark
+def test_a_round_reads_each_commit_of_its_range_once(spark, tables, monkeypatch):
+    """The range's commits are parsed once per process (`commit_entry`), however many
+    stages of the round (feed, key check, plan, write) ask for their actions."""
+    job, _ = snapshotted_mv(spark, tables, rows=200, seed=62)
+    rng = random.Random(62)
+    for _ in range(3):
+        commit_epoch(job.source, rng, inserts=3, updates=4, deletes=2)
+    reads: Counter[str] = Counter()
+    read_text = log_state.files.read_text
+
+    def counted(path: str, *args, **kwargs):
+        if "/_delta_log/" in path and path.endswith(".json"):
+            reads[path] += 1
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(log_state.files, "read_text", counted)
+    result = run_catch_up(spark, job)
+
+    assert result.watermark == DeltaTable(job.source).version()
+    upstream_commits = {path: n for path, n in reads.items() if path.startswith(job.source + "/")}
+    assert len(upstream_commits) >= 3 and max(upstream_commits.values()) == 1, upstream_commits
