@@ -1,7 +1,8 @@
 """A folder of jobs run by a real Airflow on PostgreSQL (scheduler, DAG processor,
-triggerer and API server on loopback, LocalExecutor), as production Airflow runs: each job
-file's DAG backfills its MV (an MV over another MV starting on that MV's caught-up asset),
-the shared forward keeps them all fresh in one Spark application while a simulator keeps
+triggerer and API server on loopback, LocalExecutor), as production Airflow runs: the
+folder is backfilled as one by the shared forward's application (an MV over another MV
+after that MV; each job's DAG waits for its MV to catch up), which then keeps them all
+fresh while a simulator keeps
 writing the upstream, a DAG scheduled on one MV's asset runs after a shared-forward
 commit (the MV's watcher in the triggerer; its task checks the event's watermark against
 the MV's log, and the delay from the commit to the run's start is printed and held to
@@ -27,7 +28,9 @@ from helpers_delta import mv_commits
 from test_dag_run import RunningAirflow, wait_for
 from test_spark_submit import start_simulator
 
+from airflow_backfill.engine import job_state
 from airflow_backfill.loopback import free_port
+from airflow_backfill.shared_forward.backfill import BACKFILLED_BY
 from oracle import assert_every_commit_matches
 
 pytestmark = pytest.mark.e2e
@@ -176,6 +179,8 @@ def test_a_folder_of_jobs_on_postgres_keeps_every_mv_fresh(tmp_path, postgres):
         simulator.send_signal(signal.SIGTERM)
         simulator.wait(timeout=60)
         stop([process for process, _ in started.values()])
+    for name in ("orders_mv", "status_totals"):  # built by the folder's one application, not a DAG's tasks
+        assert job_state.read_state(str(lake / name)).get("backfilled_by") == BACKFILLED_BY, name
     doomed = _member(status_file, "doomed")
     assert "no longer exists" in (doomed.get("last_error") or ""), doomed
     for name, (source, query) in JOBS.items():
