@@ -2,8 +2,8 @@
 triggerer and API server on loopback, LocalExecutor), as production Airflow runs: the
 folder is backfilled as one by the shared forward's application (an MV over another MV
 after that MV; each job's DAG waits for its MV to catch up), which then keeps them all
-fresh while a simulator keeps
-writing the upstream, a DAG scheduled on one MV's asset runs after a shared-forward
+fresh while a simulator keeps writing the upstream, a DAG scheduled on one MV's asset
+runs after a shared-forward
 commit (the MV's watcher in the triggerer; its task checks the event's watermark against
 the MV's log, and the delay from the commit to the run's start is printed and held to
 30 s), a bad job file is an import error that hides no other DAG, and an MV whose table is
