@@ -194,7 +194,8 @@ def folder_backfill(result: Result) -> Figure | None:
         return None
     exact = _get(result, "exact_folder", "exact")
     projected = f", projected from {result.get('per_mv_measured')} MVs" if result.get("per_mv_projected") else ""
-    return Figure(f"{_s(folder)} vs {_s(per_mv)} per MV{projected}, {_x(per_mv / folder)} ({exact} of "
+    speedup = result.get("speedup") or per_mv / folder
+    return Figure(f"{_s(folder)} vs {_s(per_mv)} per MV{projected}, {_x(speedup)} ({exact} of "
                   f"{result.get('mvs')} MVs exact at every commit)", folder <= 180 and exact == result.get("mvs"))
 
 
