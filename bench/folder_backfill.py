@@ -1,27 +1,28 @@
 """Fifty MVs backfilled from nothing: the folder as one application against a `spark-submit`
 per MV's phase, side by side in one run.
 
-    python bench/folder_backfill.py [--mvs 50] [--rows 150000] [--per-mv N] [--backfill-workers 2]
+    python bench/folder_backfill.py [--rows 150000] [--per-mv N] [--backfill-workers 2] [--keep]
 
-Five `orders` upstreams of `--rows` rows each (the project's simulator) and the
-`many_mvs` mix of MVs over them (60 % stateless, 30 % aggregates of which a third over a
-stateless MV, 10 % joins of two upstreams), written twice as job folders whose MVs land
-in two lakes. The upstreams stay still, so both shapes build the same MVs from the same
-versions:
+The users' four upstreams (`bench/user_tables.py`: int, string and two-column keys) of
+`--rows` rows each, created once (`python -m bench.writers create`), and the users' fifty
+MVs over them (`bench/user_mvs.py`: stateless, aggregates, MVs over MVs, joins), written
+twice as job folders whose MVs land in two lakes, each shape's MVs over MVs reading that
+shape's own MVs. The upstreams stay still, so both shapes build the same MVs from the
+same versions:
 
 - **folder**: one `spark-submit spark_jobs/shared_forward.py --folder ... --until-backfilled`
   (what `backfill_dags`' default shape and `airflow-backfill backfill --jobs-in` run):
   every MV's snapshot and catch-up in one application, `--backfill-workers` at once, MVs
   over MVs after their source;
 - **per MV**: what each job's DAG runs in the per-job shape, `spark_jobs/snapshot.py` then
-  `spark_jobs/catch_up.py`, each its own `spark-submit`, MVs over MVs after their source,
-  one at a time (as a pool of one slot would). With `--per-mv N` only the first N MVs
-  in dependency order are built this way and the total is projected from their mean
-  (said so in the result).
+  `spark_jobs/catch_up.py`, each its own `spark-submit`, in dependency order, one at a
+  time (as a pool of one slot would). With `--per-mv N` only about N MVs spread over the
+  mix (every k-th in dependency order, with the MVs they read) are built this way and the
+  total is projected from their mean (said so in the result).
 
 Then every MV of both lakes is checked at every commit it made against its query
-recomputed on its upstreams as of that commit's watermark. The run's JSON is recorded by
-`bench/run_record.py` (`bench/table.py` reads it).
+recomputed on its upstreams as of that commit's watermark (`tests/oracle.py`). The run's
+JSON is recorded by `bench/run_record.py` (`bench/table.py` reads it).
 """
 
 from __future__ import annotations
@@ -41,23 +42,38 @@ if str(ROOT) not in sys.path:  # `python bench/folder_backfill.py` puts bench/, 
     sys.path.insert(0, str(ROOT))
 
 from bench import run_record  # noqa: E402
-from bench.many_mvs import (  # noqa: E402
-    CREATE_UPSTREAMS,
-    UPSTREAMS,
-    env_with_checkout,
-    mv_declarations,
-    spark_submit,
-    write_job_folder,
-)
+from bench.many_mvs import spark_submit, timed, write_job_folder  # noqa: E402
+from bench.mv_workloads import Workload, env_with_checkout  # noqa: E402
+from bench.user_mvs import user_mv_declarations  # noqa: E402
+from bench.user_tables import TABLES  # noqa: E402
 
 TARGET_SECONDS = 180.0
 """Fifty MVs of about 150 k rows per upstream built in at most 3 minutes (issue 85)."""
 
 
-def in_dependency_order(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """MVs over MVs after their source (the mix has one level of them)."""
-    targets = {job["target"] for job in jobs}
-    return sorted(jobs, key=lambda job: job.get("source") in targets)
+def shape_jobs(lake: Path, upstreams: Path) -> list[dict[str, Any]]:
+    """The fifty jobs with their MVs in `lake` and their upstreams read from `upstreams`
+    (the shared ones); an MV over an MV reads `lake`'s. In dependency order."""
+    def shared(uri: str) -> str:
+        return str(upstreams / Path(uri).name) if Path(uri).name in TABLES else uri
+
+    jobs = user_mv_declarations(str(lake))
+    for job in jobs:
+        if "source" in job:
+            job["source"] = shared(job["source"])
+        for source in job.get("sources", {}).values():
+            source["table"] = shared(source["table"])
+    return jobs
+
+
+def per_mv_sample(jobs: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """About `count` MVs spread over the mix (every k-th in dependency order) and the MVs
+    they read, in dependency order: all of them when `count` is their number."""
+    chosen = {job["target"] for job in jobs[::max(1, len(jobs) // count)][:count]}
+    for job in reversed(jobs):  # an MV's sources come before it
+        if job["target"] in chosen:
+            chosen.update([job.get("source", ""), *(source["table"] for source in job.get("sources", {}).values())])
+    return [job for job in jobs if job["target"] in chosen]
 
 
 def run_folder(folder: Path, log: Path, backfill_workers: int) -> float:
@@ -99,8 +115,8 @@ for job in json.loads(open(sys.argv[1]).read()):
             commits += len(assert_every_join_commit_matches(upstreams, job["target"], job["query"], app_id))
         else:
             commits += assert_every_commit_matches(job["source"], job["target"], job["query"], app_id)
-    except AssertionError as error:
-        failures[job["name"]] = str(error)[:300]
+    except Exception as error:  # an AssertionError: a commit not exact; another: the MV could not be read
+        failures[job["name"]] = f"{type(error).__name__}: {error}"[:300]
 print(json.dumps({"failures": failures, "commits": commits}))
 """
 
@@ -120,54 +136,45 @@ def check_every_commit(jobs: list[dict[str, Any]], log: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python bench/folder_backfill.py", description=__doc__)
-    parser.add_argument("--mvs", type=int, default=50)
+    parser = argparse.ArgumentParser(prog="python bench/folder_backfill.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=150_000, help="rows of each upstream")
     parser.add_argument("--per-mv", type=int, default=None, metavar="N",
-                        help="build only the first N MVs the per-MV way and project the total (default: all)")
+                        help="build only about N MVs spread over the mix the per-MV way and project the total "
+                             "(default: all)")
     parser.add_argument("--backfill-workers", type=int, default=2)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (upstreams, MVs, logs)")
     parser.add_argument("--output", default=None,
                         help="JSON result file (default: bench/results/<date>-<time>-<commit>-folder_backfill.json)")
     args = parser.parse_args(argv)
-    if args.mvs < 5 or args.rows < 1 or (args.per_mv is not None and not 1 <= args.per_mv <= args.mvs):
-        parser.error("--mvs must be 5 or more, --rows 1 or more, --per-mv between 1 and --mvs")
-    meta = {**run_record.run_meta("folder_backfill", "folder_backfill.py", argv),
-            "quick": args.rows < 150_000 or args.mvs < 50}
+    if args.rows < 1 or (args.per_mv is not None and args.per_mv < 1):
+        parser.error("--rows and --per-mv must be 1 or more")
+    meta = {**run_record.run_meta("folder_backfill", "folder_backfill.py", argv), "quick": args.rows < 150_000}
     run_started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="folder-backfill-bench-"))
     try:
-        upstream = work / "upstream"
-        upstreams = [str(upstream / f"upstream_{index}") for index in range(UPSTREAMS)]
-        created = subprocess.run([sys.executable, "-c", CREATE_UPSTREAMS, str(args.rows), *upstreams],
-                                 env=env_with_checkout(), capture_output=True, text=True)
-        if created.returncode != 0:
-            raise RuntimeError(created.stderr[-2000:])
-        shapes: dict[str, list[dict[str, Any]]] = {}
-        for shape in ("folder", "per_mv"):
-            jobs = mv_declarations(args.mvs, str(work / shape))
-            for job in jobs:  # the same upstreams for both shapes, their own MVs
-                job["lag_threshold"] = 0
-                if "source" in job and job["source"].startswith(str(work / shape / "upstream_")):
-                    job["source"] = job["source"].replace(str(work / shape), str(upstream))
-                for source in job.get("sources", {}).values():
-                    source["table"] = source["table"].replace(str(work / shape), str(upstream))
-            write_job_folder(work / f"{shape}_jobs", jobs)
-            shapes[shape] = jobs
-        logs = work / "logs"
+        logs, upstreams = work / "logs", work / "upstreams"
         logs.mkdir()
+        workload = Workload(rows=args.rows)
+        create_s = timed(workload.create(upstreams, logs / "create.log"), 3600, "creating the upstreams",
+                         logs / "create.log")
+        shapes = {shape: shape_jobs(work / shape, upstreams) for shape in ("folder", "per_mv")}
+        for shape, jobs in shapes.items():
+            write_job_folder(work / f"{shape}_jobs", jobs)
+        mvs = len(shapes["folder"])
         folder_seconds = run_folder(work / "folder_jobs", logs / "folder.log", args.backfill_workers)
-        per_mv_jobs = in_dependency_order(shapes["per_mv"])[:args.per_mv or args.mvs]
+        per_mv_jobs = per_mv_sample(shapes["per_mv"], args.per_mv or mvs)
         per_mv = run_per_mv(work / "per_mv_jobs", per_mv_jobs, logs)
-        per_mv_total = sum(per_mv) if len(per_mv) == args.mvs else sum(per_mv) / len(per_mv) * args.mvs
+        per_mv_mean = sum(per_mv) / len(per_mv)
+        per_mv_total = sum(per_mv) if len(per_mv) == mvs else per_mv_mean * mvs
         result = {
-            "meta": run_record.finish_meta(meta, time.monotonic() - run_started),
-            "mvs": args.mvs, "rows_per_upstream": args.rows, "upstreams": UPSTREAMS,
-            "backfill_workers": args.backfill_workers,
+            "meta": meta, "mvs": mvs, "mix": "users", "rows_per_upstream": args.rows, "upstreams": len(TABLES),
+            "create_s": create_s, "backfill_workers": args.backfill_workers,
             "folder_seconds": round(folder_seconds, 1),
             "per_mv_seconds": round(per_mv_total, 1),
-            "per_mv_measured": len(per_mv), "per_mv_projected": len(per_mv) < args.mvs,
-            "per_mv_mean_s": round(sum(per_mv) / len(per_mv), 2),
+            "per_mv_measured": len(per_mv), "per_mv_projected": len(per_mv) < mvs,
+            "per_mv_mean_s": round(per_mv_mean, 2),
+            "per_mv_each_s": {job["name"]: round(seconds, 1) for job, seconds in zip(per_mv_jobs, per_mv, strict=True)},
             "speedup": round(per_mv_total / folder_seconds, 2),
             "target_s": TARGET_SECONDS,
             "exact_folder": check_every_commit(shapes["folder"], logs / "check_folder.log"),
@@ -176,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         result["meta"] = run_record.finish_meta(meta, time.monotonic() - run_started)
         print(json.dumps(result, indent=2))
         print(f"wrote {run_record.write_result(result, args.output)}")
-        exact = result["exact_folder"].get("exact") == args.mvs
+        exact = result["exact_folder"].get("exact") == mvs
         return 0 if exact and folder_seconds <= TARGET_SECONDS else 1
     finally:
         if args.keep:
