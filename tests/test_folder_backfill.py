@@ -22,6 +22,7 @@ from submit_process import ROOT, spark_submit, submit_env
 
 from airflow_backfill.engine import job_state
 from airflow_backfill.engine.delta.log import read_watermark
+from airflow_backfill.folder_status import folder_rows
 from airflow_backfill.job_folder import load_job_folder
 from airflow_backfill.shared_forward import backfill as backfill_module
 from airflow_backfill.shared_forward.folder import folder_members
@@ -125,6 +126,10 @@ def test_a_folder_is_backfilled_by_one_application_in_dependency_order(spark, tm
         assert state["state"] == job_state.STATE_CREATED and state["backfilled_by"] == "shared_forward", name
     checked = assert_exact(tmp_path / "jobs", lake)
     assert all(count >= 1 for count in checked.values()), checked
+    rows, errors = folder_rows(tmp_path / "jobs")  # what `airflow-backfill status --jobs-in` shows
+    assert not errors and len(rows) == 4, (rows, errors)
+    assert all(row.watermark is not None and "creating" not in row.phase and row.last_error is None
+               for row in rows), rows
 
     # A job file added to the running folder is built without touching the others.
     (tmp_path / "jobs" / "e_items.yaml").write_text(yaml.safe_dump({
