@@ -152,7 +152,7 @@ def job_view(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
             asdict(point) for point in lag_history(known.job.source, status.commits, status.upstream_version,
                                                    _commit_times)
         ]
-        view["forward_error"] = read_state(known.job.target).get("forward_error")
+        view.update(_errors(read_state(known.job.target)))
     except BackfillError as error:  # a damaged state file: shown, not a server error
         view["error"] = str(error)
     return view
@@ -169,10 +169,16 @@ def job_summary(known: KnownJob, *, can_edit: bool) -> dict[str, Any]:
         status = json.loads(json.dumps(job_status(known.job).to_dict(), sort_keys=True, default=str))
         view["status"] = {key: status.get(key) for key in SUMMARY_STATUS_FIELDS}
         view["status"]["paused"] = bool((status.get("control") or {}).get("paused"))
-        view["forward_error"] = read_state(known.job.target).get("forward_error")
+        view.update(_errors(read_state(known.job.target)))
     except BackfillError as error:
         view["error"] = str(error)
     return view
+
+
+def _errors(state: dict[str, Any]) -> dict[str, Any]:
+    """The last error of the shared forward's rounds and of its folder backfill (each
+    cleared by the next success), as the page shows them."""
+    return {"forward_error": state.get("forward_error"), "backfill_error": state.get("backfill_error")}
 
 
 def pipeline_view(known: KnownPipeline) -> dict[str, Any]:

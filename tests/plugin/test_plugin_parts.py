@@ -286,3 +286,19 @@ def test_the_provider_info_lists_every_module_with_a_public_operator_sensor_trig
         assert usable, kind  # the test sees the package's classes
         defining = {cls.__module__ for cls in usable}
         assert defining <= listed, (kind, sorted(defining - listed))
+
+
+def test_a_folder_backfills_error_marks_the_job_failing_in_the_list(tmp_path):
+    """The shared forward's folder backfill records its last error in the MV's state file;
+    the list's row carries it beside the forward's (the page shows the job as failing)."""
+    from airflow_backfill.engine import job_state
+    from airflow_backfill.plugins.api import job_summary, job_view
+    from airflow_backfill.plugins.jobs import KnownJob
+
+    job = BackfillJob(name="orders_mv", source=str(tmp_path / "orders"), target=str(tmp_path / "orders_mv"),
+                      query="SELECT order_id, amount FROM source", primary_key=("order_id",))
+    job_state.update_state(job.target, backfill_error="snapshot: the upstream is gone")
+    known = KnownJob(job, ("orders_mv",))
+    for view in (job_summary(known, can_edit=False), job_view(known, can_edit=False)):
+        assert view["backfill_error"] == "snapshot: the upstream is gone" and view["forward_error"] is None, view
+    assert "view.backfill_error" in PAGE_SCRIPT.read_text()  # the row's phase and detail show it

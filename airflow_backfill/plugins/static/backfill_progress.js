@@ -568,7 +568,7 @@ const PHASE_RANK = { failing: 0, snapshot: 1, backfill: 2, catch_up: 3, forward:
 const SORTS = { lag: "Lag (largest first)", phase: "Phase", name: "Name" };
 
 function phaseOf(view) {
-  if (view.error || view.forward_error) return "failing";
+  if (view.error || view.forward_error || view.backfill_error) return "failing";
   return (view.status && view.status.phase) || "never ran";
 }
 
@@ -644,7 +644,8 @@ function JobsTable({ views }) {
           render: (view) => h(Chakra.Span, { "data-testid": `row-lag-${view.name}` },
             lagOf(view) < 0 ? "–" : count(lagOf(view))) },
         { label: "Detail", render: (view) => h(Chakra.Span, { "data-testid": `row-detail-${view.name}` },
-          view.forward_error ? `forward failing: ${view.forward_error}` : lagDetail(view)) },
+          view.forward_error ? `forward failing: ${view.forward_error}`
+            : view.backfill_error ? `backfill failing: ${view.backfill_error}` : lagDetail(view)) },
       ],
     }));
 }
