@@ -4,7 +4,7 @@
 
 An MV of `--rows` rows (one Spark-written commit, as a snapshot leaves a small MV) takes
 `--rounds` forward rounds that each upsert `--keys` scattered keys as a patch
-(`keyed_writes.write(..., "patch", ...)`: a deletion vector on the touched files and one
+(`rounds/write.write(..., "patch", ...)`: a deletion vector on the touched files and one
 small file of new rows), with no compaction. At file counts 8, 16, ... it records the
 round's seconds (prepare and write, medians of the last rounds), the driver's lookup of
 100 scattered keys in the MV (`keyed_rows.find_rows`), and a compaction of a copy of the
@@ -57,7 +57,7 @@ def patch_round(spark: Any, uri: str, rng: random.Random, rows: int, keys: int, 
     """One round of `keys` scattered upserts written as a patch; its seconds."""
     from airflow_backfill.engine.delta.commits import PRESENT
     from airflow_backfill.engine.delta.driver_rows import held_in_driver
-    from airflow_backfill.engine.delta.keyed_writes import prepare, write
+    from airflow_backfill.engine.rounds.write import prepare, write
     from airflow_backfill.engine.planning.round_plan import PATCH
 
     changed = [(k, k % 997, "changed", float(version), version % 50, True) for k in rng.sample(range(1, rows + 1), keys)]

@@ -3,7 +3,7 @@
 Every line of an MV's turn names the MV (`[name] ...`), so each figure is kept per kind of
 MV. Rounds: the engine's `forward: applied ... (..., plan P) in S s` lines. Key checks: the
 probe's lines (`bench/key_check_probe.py`) with their seconds and whether the upstream
-was read, beside the engine's own lines in `phases/repeated_keys.py` that say which way
+was read, beside the engine's own lines in `rounds/key_check.py` that say which way
 each check went. The code cache: HotSpot's `CodeCache is full` warning, stamped with the
 JVM's uptime, and the errors of a JVM that ran out of it.
 """
