@@ -57,11 +57,12 @@ def patch_round(spark: Any, uri: str, rng: random.Random, rows: int, keys: int, 
     """One round of `keys` scattered upserts written as a patch; its seconds."""
     from airflow_backfill.engine.delta.commits import PRESENT
     from airflow_backfill.engine.delta.driver_rows import held_in_driver
-    from airflow_backfill.engine.rounds.write import prepare, write
     from airflow_backfill.engine.planning.round_plan import PATCH
+    from airflow_backfill.engine.rounds.write import prepare, write
 
     changed = [(k, k % 997, "changed", float(version), version % 50, True) for k in rng.sample(range(1, rows + 1), keys)]
     frame = held_in_driver(spark.createDataFrame(changed, f"{SCHEMA}, {PRESENT} boolean"))
+    assert frame is not None, "the round's few rows are the driver's to hold"
     started = time.perf_counter()
     prepared = prepare(spark, uri, frame, ("k",), null_safe=False)
     try:
