@@ -29,7 +29,6 @@ from airflow_backfill.shared_forward import DEFAULT_BACKFILL_WORKERS, DEFAULT_WO
 from airflow_backfill.spark_jobs.common import run_phase
 from airflow_backfill.spark_jobs.forward import install_stop_handlers
 
-
 EXIT_NOT_BACKFILLED = 3
 """`--until-backfilled` stopped (by --max-seconds or a signal) before every MV was built."""
 

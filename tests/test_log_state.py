@@ -1,7 +1,7 @@
 """A table's live files as the driver replays its log are the ones Delta's readers list:
 after appends, MERGE, DELETE and UPDATE by delta-rs and by Spark (deletion vectors
 included), from a checkpoint of either writer, at an older version, and for a table
-recreated at the same path; a round parses each commit of its range once.
+recreated at the same path; a round parses each commit of its range once."""
 
 from __future__ import annotations
 
