@@ -12,11 +12,8 @@ For table i with signed changes dT (+1 arriving rows, -1 leaving rows, netted pe
   is dR x S@s_old + R@r_new x dS, and each other table is read only where the changed
   join keys fall;
 - when table i is the NULL-supplying side of a LEFT JOIN, a parent row that is padded
-  because i has no match at its join key k changes too: where i's rows at k go from none
-  to some, the padded rows are retracted (-1); from some to none, they are restored
-  (+1). The count at k after the change is read from table i as of new_i (only the keys
-  the change touches), the count before is that minus the change's net at k. The
-  padded rows are the parent's rows at k extended along the tree without i's subtree.
+  because i has no match at its join key k changes too: retracted where i's rows at k go
+  from none to some, restored where they go from some to none (`padding`).
 
 Summed, the terms are exactly the multiset change of the join's rows; WHERE and the
 projection (or an aggregate's per-group sums) are linear, so they apply to signed rows
@@ -25,7 +22,6 @@ unchanged. See docs/joins.md for the proof and tests/test_joins.py for the check
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,17 +35,10 @@ from airflow_backfill.engine.delta.driver_rows import (
     row_count,
     union_rows,
 )
-from airflow_backfill.engine.joins.relation import (
-    Reader,
-    flat_schema,
-    reader,
-    restricted,
-    subtree,
-    upstream_uri,
-    walk,
-)
+from airflow_backfill.engine.joins.padding import padding_changes
+from airflow_backfill.engine.joins.relation import flat_schema, reader, upstream_uri, walk
 from airflow_backfill.engine.planning.aggregate_sql import quote
-from airflow_backfill.engine.planning.join_query import LEFT, JoinPlan, flat_column
+from airflow_backfill.engine.planning.join_query import LEFT, JoinPlan
 from airflow_backfill.engine.rounds.changes import SIGN, signed_rows
 from airflow_backfill.engine.rounds.exact_values import grouped_rows
 from airflow_backfill.engine.sizes import sizes
@@ -58,8 +47,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from airflow_backfill.job import BackfillJob
-
-_NET, _NOW = "__net", "__now"
 
 @dataclass
 class JoinChanges:
@@ -98,8 +85,10 @@ def join_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, old: Map
             cached.append(changes)
             change_rows += row_count(changes)
             terms.append(walk(plan, index, changes, read, cached=cached))
-            if table.kind == LEFT:
-                terms.append(_padding_changes(spark, job, plan, index, changes, read, new[table.name], cached))
+            padded = None if table.kind != LEFT else \
+                padding_changes(spark, job, plan, index, changes, read, new[table.name], cached)
+            if padded is not None:
+                terms.append(padded)
     except BaseException:
         for frame in cached:
             frame.unpersist()
@@ -157,37 +146,6 @@ def _netted_in_driver(spark: SparkSession, held: HeldFeed, own: list[str], flat:
                          StructField(SIGN, IntegerType(), True)])
     return local_relation(spark, pa.table([*(netted.column(c) for c in flat), netted.column(f"{SIGN}_sum").cast(
         pa.int32())], names=schema.names), schema)
-
-
-def _padding_changes(spark: SparkSession, job: BackfillJob, plan: JoinPlan, index: int, changes: DataFrame,
-                     read: Reader, new_version: int, cached: list[DataFrame]) -> DataFrame:
-    """The padded rows a LEFT JOIN's NULL-supplying table `index` retracts or restores."""
-    from pyspark.sql import functions as F
-
-    table = plan.tables[index]
-    parent = table.parent
-    assert parent is not None
-    own = [flat_column(table.name, c) for _, c in table.on]
-    net = (changes.filter(functools.reduce(lambda a, b: a & b, [F.col(quote(c)).isNotNull() for c in own]))
-           .groupBy(*(quote(c) for c in own)).agg(F.sum(SIGN).alias(_NET)).cache())
-    cached.append(net)
-    read_new = reader(spark, job, plan, {table.name: new_version})
-    now_rows = restricted(read_new(index), plan, index, [c for _, c in table.on], net, own, semi_join=True,
-                          bounded=read_new.skippable(index))
-    now = now_rows.groupBy(*(quote(c) for c in own)).agg(F.count(F.lit(1)).alias(_NOW))
-    counted = net.join(now, own, "left").select(*(quote(c) for c in own), F.col(_NET),
-                                                F.coalesce(F.col(_NOW), F.lit(0)).alias(_NOW))
-    before = F.col(_NOW) - F.col(_NET)
-    sign = F.when((before == 0) & (F.col(_NOW) > 0), F.lit(-1)).when((before > 0) & (F.col(_NOW) == 0), F.lit(1))
-    flips = counted.select(*(quote(c) for c in own), sign.alias(SIGN)).filter(F.col(SIGN).isNotNull()).cache()
-    cached.append(flips)
-    parent_columns = [flat_column(plan.tables[parent].name, c) for c, _ in table.on]
-    parents = restricted(read(parent), plan, parent, [c for c, _ in table.on], flips, own, semi_join=False,
-                         bounded=read.skippable(parent))
-    signed_parents = parents.join(flips, functools.reduce(
-        lambda a, b: a & b, [F.col(quote(p)) == F.col(quote(o)) for p, o in zip(parent_columns, own, strict=True)]
-    )).drop(*own)
-    return walk(plan, parent, signed_parents, read, skip=subtree(plan, index), cached=cached)
 
 
 def no_rows(spark: SparkSession, job: BackfillJob, plan: JoinPlan, versions: Mapping[str, int]) -> DataFrame:
