@@ -37,6 +37,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_backfill.operators.pin_epoch",
                     "airflow_backfill.operators.kafka",
                     "airflow_backfill.operators.shared_forward",
+                    "airflow_backfill.operators.mv_ready",
                 ],
             }
         ],
@@ -50,7 +51,7 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Airflow Backfill",
              "python-modules": ["airflow_backfill.triggers.lag", "airflow_backfill.triggers.consistent",
-                                "airflow_backfill.triggers.kafka"]}
+                                "airflow_backfill.triggers.kafka", "airflow_backfill.triggers.mv_commits"]}
         ],
         "hooks": [
             {"integration-name": "Airflow Backfill", "python-modules": ["airflow_backfill.hooks.delta"]}

@@ -132,6 +132,10 @@ def test_a_compacted_file_holds_its_rows_sorted_by_key(spark, tmp_path, monkeypa
 
 def test_a_concurrent_commit_that_rewrites_files_fails_the_compaction_and_nothing_is_lost(spark, tmp_path,
                                                                                          monkeypatch):
+    """Also once Delta's Python exceptions are registered (`delta.tables` imported, as the
+    engine's maintenance does), so that the conflict arrives as PySpark's captured one."""
+    import delta.tables  # noqa: F401
+
     uri = str(tmp_path / "mv")
     expected = patched_mv(spark, uri, seed=3)
     set_sizes(monkeypatch, compact_files=2, small_file_bytes=1 << 20)

@@ -169,3 +169,17 @@ def test_left_join_padding_is_retracted_and_restored(spark, tmp_path):
     assert [(row["o_id"], row["i_line"]) for row in final] == [(2, 0), (3, 1)]
     report = verify_mv(spark, job)  # Spark's own recompute over each upstream at its recorded version
     assert report.equal and report.watermark == sum(vectors[-1].values()), report.lines()
+
+
+def test_a_join_whose_core_upstream_is_empty_is_created_empty(spark, tmp_path):
+    """No chunk writes a row, while the MV's folder already holds the job's state: the
+    snapshot still creates the MV, empty, with the vector as its watermark."""
+    query = "SELECT o.o_id, i.i_order, i.i_line FROM orders o LEFT JOIN items i ON i.i_order = o.o_id"
+    tables = {"orders": create(str(tmp_path), "orders", []),
+              "items": create(str(tmp_path), "items", [{"i_order": 1, "i_line": 0, "i_qty": 1, "i_price": None}])}
+    job = join_job(tables, str(tmp_path / "mv"), query)
+    run_snapshot(spark, job)
+    assert table_rows(job.target).num_rows == 0
+    assert [c["airflow_backfill.phase"] for c in mv_commits(job.target)] == ["snapshot"]
+    report = verify_mv(spark, job)
+    assert report.equal and report.watermark == sum(t.version() for t in tables.values()), report.lines()

@@ -17,6 +17,10 @@ class Member:
         self.target = f"/lake/{name}"
         self.sources = sources
 
+    def needs_backfill(self) -> bool:
+        """Every MV is built: the loop hands out forward rounds only."""
+        return False
+
     def close(self) -> None:
         """Nothing held."""
 

@@ -619,9 +619,17 @@ def missing_class(spark: SparkSession, name: str) -> str | None:
 
 def is_commit_conflict(error: BaseException) -> bool:
     """Whether `error` is Delta's refusal of a commit that a concurrent commit conflicts with
-    (a `DeltaConcurrentModificationException`, raised through py4j)."""
+    (a `DeltaConcurrentModificationException`): raised through py4j as it is, or as Delta's
+    Python exception once a module has registered those (`delta.tables` does)."""
+    from delta.exceptions import base
     from py4j.protocol import Py4JJavaError
 
+    conflicts = (base.DeltaConcurrentModificationException, base.ConcurrentWriteException,  # siblings in Python
+                 base.MetadataChangedException, base.ProtocolChangedException, base.ConcurrentAppendException,
+                 base.ConcurrentDeleteReadException, base.ConcurrentDeleteDeleteException,
+                 base.ConcurrentTransactionException)
+    if isinstance(error, conflicts):
+        return True
     if not isinstance(error, Py4JJavaError):
         return False
     kind = error.java_exception.getClass()

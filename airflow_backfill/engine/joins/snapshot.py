@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_backfill.engine.control import effective_settings, wait_while_paused
 from airflow_backfill.engine.delta.commits import CommitInfo, append
 from airflow_backfill.engine.delta.key_range import table_rows
-from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream
+from airflow_backfill.engine.delta.log import UpstreamInfo, check_upstream, table_exists
 from airflow_backfill.engine.delta.vacuumed import check_not_vacuumed
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.feed_readers import feed_reader_properties
@@ -216,8 +216,8 @@ def _prove_mv_key(spark: SparkSession, job: BackfillJob, plan: JoinPlan, vector:
     if not job.verify_primary_key:
         log.info("MV key uniqueness not verified (verify_primary_key: false)")
         return
-    if not exists(job.target):
-        return  # no chunk wrote a row
+    if not table_exists(job.target):
+        return  # no chunk wrote a row (the folder may hold the job's state already)
     keys = spark.read.format("delta").load(job.target).select(*(quote(c) for c in plan.mv_key))
     _refuse_repeated_key(job, plan, vector, keys)
 
