@@ -44,11 +44,13 @@ LOOKED_UP = ("BIGINT", "STRING", "DECIMAL(20, 4)", "DATE")
 
 
 def _tables(spark: Any, root: str, join_type: str, rng: random.Random) -> dict[str, str]:
-    """A parent `p` (several rows per join value, some NULL) and a NULL-supplying `s`
-    holding rows at only some of the values."""
+    """A parent `p` (three or more rows at every join value and at NULL, in a shuffled
+    order) and a NULL-supplying `s` holding rows at only some of the values."""
     values = JOIN_VALUES[join_type]
     uris = {name: f"{root}/{name}" for name in ("p", "s")}
-    parents = [(key, rng.choice([*values, None]), f"p{key}") for key in range(16)]
+    joins = [[*values, None][key % (len(values) + 1)] for key in range(16)]
+    rng.shuffle(joins)
+    parents = [(key, join, f"p{key}") for key, join in enumerate(joins)]
     spark.createDataFrame(parents, f"p_id BIGINT, j {join_type}, x STRING").write.format("delta") \
         .option("delta.enableChangeDataFeed", "true").save(uris["p"])
     supplying = [(key, values[key % 2], key * 10) for key in range(3)] + [(3, None, 30)]
@@ -77,7 +79,7 @@ def _upsert(spark: Any, uri: str, join_type: str, rows: list[tuple[Any, ...]]) -
 
 @pytest.mark.parametrize("join_type", list(JOIN_VALUES))
 def test_padding_found_by_the_driver_equals_sparks(spark, tmp_path, join_type):
-    rng = random.Random(hash(join_type) % 1000)
+    rng = random.Random(join_type)  # str seeds are stable across processes; hash() is not
     uris = _tables(spark, str(tmp_path), join_type, rng)
     old = latest_version(uris["s"])
     _commit_round(spark, uris["s"], join_type)
