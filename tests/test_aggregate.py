@@ -173,6 +173,33 @@ def test_min_max_read_the_upstream_only_when_an_extreme_may_have_left(spark, tab
     check(upstream, job, ["g"])
 
 
+def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark, tables, monkeypatch):
+    """A few groups of a large upstream are most of it: past `driver_rows` matching rows
+    the driver's lookup gives up and Spark reads the upstream, and the round stays exact."""
+    query = "SELECT g, MIN(x) AS mn, COUNT(DISTINCT x) AS dx FROM source GROUP BY g"
+    upstream = create(tables["source"], [row(g="a", x=x) for x in range(1, 7)] + [row(g="b", x=2)])
+    job = job_for(tables, query)
+    run_snapshot(spark, job)
+    lookups: list[int | None] = []
+    real_lookup = aggregate_apply.groups_rows_in_driver
+
+    def recording_lookup(spark, uri, aggregate, groups, version):
+        found = real_lookup(spark, uri, aggregate, groups, version)
+        lookups.append(None if found is None else found.count())
+        return found
+
+    monkeypatch.setattr(aggregate_apply, "groups_rows_in_driver", recording_lookup)
+    reads = record_upstream_reads(monkeypatch, job)
+    set_sizes(monkeypatch, driver_rows=3)
+    apply_epoch(upstream, [("delete", 0, row())])  # x=1 leaves: group a (5 rows left) is recomputed
+    forward_one(spark, job)
+    apply_epoch(upstream, [("delete", 5, row())])  # group b's only row (the last of ids 2 - 7)
+    apply_epoch(upstream, [("insert", 0, row(g="b", x=1)), ("insert", 0, row(g="b", x=0))])
+    forward_one(spark, job)
+    assert lookups == [None, 2] and len(reads) == 2, (lookups, reads)  # Spark's read, then the driver's
+    check(upstream, job, ["g"])
+
+
 def crash_at(monkeypatch, module, point: str) -> None:
     def fake_crash(phase: str, at: str) -> None:
         if at == point:

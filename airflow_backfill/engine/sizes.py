@@ -32,8 +32,9 @@ class Sizes:
     # ---- rows a round holds in the driver ----------------------------------------------
     driver_rows: int = 10_000
     """The most rows of a round's intermediate result the driver holds as a local relation
-    (a few MB for the narrow rows of an aggregate's touched groups); larger ones stay where
-    Spark computed them."""
+    (a few MB for the narrow rows of an aggregate's touched groups), and the most upstream
+    rows of the groups a MIN, MAX or COUNT(DISTINCT) recomputes that the driver looks up;
+    larger ones stay where Spark computed them, or Spark reads the upstream."""
     held_table_rows: int = 400_000
     """The most rows of a small table (an aggregate's state, a small MV) whose rounds the
     driver holds whole: TPC-H Q3's rounds at SF 10 (state 114 k groups, MV 302 k rows) took

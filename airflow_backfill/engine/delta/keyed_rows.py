@@ -66,10 +66,11 @@ class FoundRows:
 
 
 def find_rows(state: TableState, key_columns: Sequence[str], keys: pa.Table, columns: Sequence[str] = (), *,
-              null_safe: bool = False) -> FoundRows | None:
+              null_safe: bool = False, most_rows: int | None = None) -> FoundRows | None:
     """The live rows of `state` whose `key_columns` equal a row of `keys` (same order; NULL
     equals NULL only when `null_safe`), with `columns` besides the key (as the table spells
-    them), or None when the driver does not read them (see the module's text)."""
+    them), or None when the driver does not read them (see the module's text) or they are
+    more than `most_rows` (default `lookup_rows`; the search stops at the first row over)."""
     if not state.plain_layout:
         return None
     if not null_safe:
@@ -91,6 +92,7 @@ def find_rows(state: TableState, key_columns: Sequence[str], keys: pa.Table, col
     parts: list[pa.Table] = []
     touched: list[LiveFile] = []
     scanned = found = 0
+    limit = sizes().lookup_rows if most_rows is None else most_rows
     for live in candidates:
         rows, read = _file_rows(state.uri, live, key_columns, keys, wanted, null_safe)
         if rows is None:
@@ -98,7 +100,8 @@ def find_rows(state: TableState, key_columns: Sequence[str], keys: pa.Table, col
         scanned += read
         if rows.num_rows:
             found += rows.num_rows
-            if found > sizes().lookup_rows:
+            if found > limit:
+                log.info("lookup in %s left to Spark: more than %s matching rows", state.uri, limit)
                 return None
             parts.append(rows.append_column(FILE, pa.array(np.full(rows.num_rows, len(touched), np.int32))))
             touched.append(live)
