@@ -8,6 +8,7 @@ import json
 import pytest
 
 from airflow_backfill.engine.planning.round_plan import (
+    ANY_PLAN,
     APPEND,
     AUTO,
     DELETE,
@@ -26,6 +27,7 @@ from airflow_backfill.engine.planning.round_plan import (
     aggregate_round_estimates,
     before_the_feed,
     choose,
+    correction_for,
     corrections,
     feed_rows,
     observation,
@@ -128,7 +130,18 @@ def test_corrections_come_from_the_last_rounds_of_each_plan_and_are_bounded():
     rounds += [{"plan": RECOMPUTE, "estimate_s": 1, "seconds": 99}] * 3
     rounds += [{"plan": APPEND, "estimate_s": 0, "seconds": 1.0}] * 3  # no estimate: ignored
     rounds += [{"plan": DELETE, "estimate_s": 1.0, "seconds": 4.0}] * 2  # too few to correct
-    assert corrections(rounds) == {REPLACE: 3.0, MERGE: 0.5, RECOMPUTE: 5.0}
+    assert corrections(rounds) == {REPLACE: 3.0, MERGE: 0.5, RECOMPUTE: 5.0, ANY_PLAN: 5.0}  # last five: 99 99 99 4 4
+
+
+def test_a_plan_that_never_ran_is_corrected_by_the_jobs_other_rounds():
+    """A shared forward under load ran every incremental round 2.6x slower than estimated;
+    a never-run recompute must not look cheaper for having no rounds of its own."""
+    loaded = [{"plan": INCREMENTAL, "estimate_s": 2.0, "seconds": 5.2}] * 4
+    learned = corrections(loaded)
+    assert learned == {INCREMENTAL: 2.6, ANY_PLAN: 2.6}
+    assert correction_for(learned, RECOMPUTE) == 2.6 and correction_for({}, RECOMPUTE) == 1.0
+    assert choose({INCREMENTAL: 2.0, RECOMPUTE: 1.9}, {INCREMENTAL: 2.6}, AUTO).plan == RECOMPUTE  # before
+    assert choose({INCREMENTAL: 2.0, RECOMPUTE: 1.9}, learned, AUTO).plan == INCREMENTAL
 
 
 def test_a_plan_that_ran_slower_than_estimated_loses_to_a_recompute():

@@ -50,6 +50,7 @@ from airflow_backfill.engine.planning.round_plan import (
     bounded_correction,
     cheapest,
     choose,
+    correction_for,
     corrections,
     join_before_the_feed,
     join_recompute_writes,
@@ -191,7 +192,7 @@ def recompute_first(
                                           inserts=inserts, located=located, readers=feed_readers, mv_rows=mv_rows,
                                           driver_feed=driver_reads_feed(job.source, watermark, end_version),
                                           patchable=patchable(job.target)))
-    recompute = estimates[RECOMPUTE] * job_corrections(job).get(RECOMPUTE, 1.0)
+    recompute = estimates[RECOMPUTE] * correction_for(job_corrections(job), RECOMPUTE)
     if not recompute_saves(recompute, estimates[INCREMENTAL]):
         return None
     ways = recompute_before_the_feed(changes, rows, rates, aggregate=aggregate, prove_key=prove_key, inserts=inserts,
