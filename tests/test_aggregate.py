@@ -174,7 +174,7 @@ def test_min_max_read_the_upstream_only_when_an_extreme_may_have_left(spark, tab
 
 
 def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark, tables, monkeypatch):
-    """A few groups of a large upstream are most of it: past `driver_rows` matching rows
+    """A few groups of a large upstream are most of it: past `group_rows` matching rows
     the driver's lookup gives up and Spark reads the upstream, and the round stays exact."""
     query = "SELECT g, MIN(x) AS mn, COUNT(DISTINCT x) AS dx FROM source GROUP BY g"
     upstream = create(tables["source"], [row(g="a", x=x) for x in range(1, 7)] + [row(g="b", x=2)])
@@ -190,7 +190,7 @@ def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark,
 
     monkeypatch.setattr(aggregate_apply, "groups_rows_in_driver", recording_lookup)
     reads = record_upstream_reads(monkeypatch, job)
-    set_sizes(monkeypatch, driver_rows=3)
+    set_sizes(monkeypatch, group_rows=3)
     apply_epoch(upstream, [("delete", 0, row())])  # x=1 leaves: group a (5 rows left) is recomputed
     forward_one(spark, job)
     apply_epoch(upstream, [("delete", 5, row())])  # group b's only row (the last of ids 2 - 7)

@@ -485,9 +485,8 @@ def groups_rows_in_driver(spark: SparkSession, source: str, aggregate: Aggregate
     column and the driver holds the groups: found in the upstream's files by those columns
     (`keyed_rows`, deletion vectors applied), a cost that follows the groups' rows where
     Spark's time travel reads the whole upstream. None otherwise (the caller reads it),
-    and when the groups hold more than `driver_rows` rows: a few groups of a large table
-    are most of it, and a local relation of 200 k rows took a shared forward's rounds from
-    2 s to 20 s (its single task, and the driver heap that holds it, carry every row)."""
+    and when the groups hold more than `group_rows` rows (a few groups of a large table are
+    most of it)."""
     import pyarrow as pa
 
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
@@ -504,7 +503,7 @@ def groups_rows_in_driver(spark: SparkSession, source: str, aggregate: Aggregate
     group_columns = [names[column.lower()] for column in columns]
     wanted = [name for name in schema.names if name.lower() in sql.row_columns(aggregate)]
     found = find_rows(state, group_columns, keys.select(sql.key_columns(aggregate)).rename_columns(group_columns),
-                      wanted, null_safe=True, most_rows=sizes().driver_rows)
+                      wanted, null_safe=True, most_rows=sizes().group_rows)
     if found is None:
         return None
     from pyspark.sql.types import StructType
