@@ -473,11 +473,10 @@ def corrections(observations: Iterable[Mapping[str, Any]]) -> dict[str, float]:
         if estimate > 0 and seconds > 0:
             ratios.setdefault(str(entry.get("plan")), []).append(seconds / estimate)
             every.append(seconds / estimate)
-    low, high = _CORRECTION_BOUNDS
-    found = {plan: min(high, max(low, statistics.median(values[-_CORRECTION_SAMPLES:])))
+    found = {plan: bounded_correction(statistics.median(values[-_CORRECTION_SAMPLES:]), 1.0)
              for plan, values in ratios.items() if len(values) >= _CORRECTION_MIN_SAMPLES}
     if len(every) >= _CORRECTION_MIN_SAMPLES:
-        found[ANY_PLAN] = min(high, max(low, statistics.median(every[-_CORRECTION_SAMPLES:])))
+        found[ANY_PLAN] = bounded_correction(statistics.median(every[-_CORRECTION_SAMPLES:]), 1.0)
     return found
 
 
