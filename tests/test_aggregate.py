@@ -126,6 +126,7 @@ def record_upstream_reads(monkeypatch, job: BackfillJob) -> list[int | None]:
     reads: list[int | None] = []
     real = aggregate_apply.read_upstream_as_of
     real_lookup = aggregate_apply.groups_rows_in_driver
+    real_fold = aggregate_apply.recomputed_in_driver
 
     def recording(spark, uri, version):
         if uri == job.source:
@@ -138,8 +139,15 @@ def record_upstream_reads(monkeypatch, job: BackfillJob) -> list[int | None]:
             reads.append(version)
         return found
 
+    def recording_fold(spark, uri, aggregate, groups, version, state):
+        found = real_fold(spark, uri, aggregate, groups, version, state)
+        if found is not None and uri == job.source:
+            reads.append(version)
+        return found
+
     monkeypatch.setattr(aggregate_apply, "read_upstream_as_of", recording)
     monkeypatch.setattr(aggregate_apply, "groups_rows_in_driver", recording_lookup)
+    monkeypatch.setattr(aggregate_apply, "recomputed_in_driver", recording_fold)
     return reads
 
 
@@ -173,30 +181,37 @@ def test_min_max_read_the_upstream_only_when_an_extreme_may_have_left(spark, tab
     check(upstream, job, ["g"])
 
 
-def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark, tables, monkeypatch):
-    """A few groups of a large upstream are most of it: past `group_rows` matching rows
-    the driver's lookup gives up and Spark reads the upstream, and the round stays exact."""
-    query = "SELECT g, MIN(x) AS mn, COUNT(DISTINCT x) AS dx FROM source GROUP BY g"
+@pytest.mark.parametrize(("query", "way", "held"), [
+    ("SELECT g, MIN(x) AS mn, COUNT(DISTINCT x) AS dx FROM source GROUP BY g", "recomputed_in_driver", 1),
+    ("SELECT g, MIN(x + 1) AS mn, COUNT(DISTINCT x) AS dx FROM source WHERE x > 0 GROUP BY g",
+     "groups_rows_in_driver", 2),
+])
+def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark, tables, monkeypatch, query, way,
+                                                                          held):
+    """A few groups of a large upstream are most of it: past `recompute_rows` rows folded by
+    Arrow (plain columns) or `group_rows` rows handed Spark (an expression, a WHERE) the
+    driver gives up and Spark reads the upstream, and the round stays exact."""
     upstream = create(tables["source"], [row(g="a", x=x) for x in range(1, 7)] + [row(g="b", x=2)])
     job = job_for(tables, query)
     run_snapshot(spark, job)
     lookups: list[int | None] = []
-    real_lookup = aggregate_apply.groups_rows_in_driver
+    real_lookup = getattr(aggregate_apply, way)
 
-    def recording_lookup(spark, uri, aggregate, groups, version):
-        found = real_lookup(spark, uri, aggregate, groups, version)
+    def recording_lookup(*args):
+        found = real_lookup(*args)
         lookups.append(None if found is None else found.count())
         return found
 
-    monkeypatch.setattr(aggregate_apply, "groups_rows_in_driver", recording_lookup)
+    monkeypatch.setattr(aggregate_apply, way, recording_lookup)
     reads = record_upstream_reads(monkeypatch, job)
-    set_sizes(monkeypatch, group_rows=3)
+    set_sizes(monkeypatch, group_rows=3, recompute_rows=3)
     apply_epoch(upstream, [("delete", 0, row())])  # x=1 leaves: group a (5 rows left) is recomputed
     forward_one(spark, job)
     apply_epoch(upstream, [("delete", 5, row())])  # group b's only row (the last of ids 2 - 7)
     apply_epoch(upstream, [("insert", 0, row(g="b", x=1)), ("insert", 0, row(g="b", x=0))])
     forward_one(spark, job)
-    assert lookups == [None, 2] and len(reads) == 2, (lookups, reads)  # Spark's read, then the driver's
+    # Spark's read, then the driver's (group b: its one recomputed row, or its 2 upstream rows)
+    assert lookups == [None, held] and len(reads) == 2, (lookups, reads)
     check(upstream, job, ["g"])
 
 

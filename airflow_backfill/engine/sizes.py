@@ -91,6 +91,11 @@ class Sizes:
     upstream. Fifty MVs in one shared forward: groups of 20 k rows took rounds of 1.3 s
     looked up against 14 s read by Spark, groups of 200 k rows filled the 1 GiB driver
     heap (one task carries a local relation's every row) and took 20 s rounds."""
+    recompute_rows: int = 4_000_000
+    """The most upstream rows of the groups a MIN, MAX or COUNT(DISTINCT) recomputes that
+    the driver reads and folds itself with Arrow when the query allows it (plain columns,
+    no WHERE; only the groups' values reach Spark): a few columns of 4 M rows are some
+    100 MB for a moment, where Spark's time travel reads every column of the upstream."""
     scan_rows: int = 20_000_000
     """The most rows whose key column a driver lookup reads after the statistics' pruning
     (20 M integers take about 0.8 s); beyond, Spark's scan on all cores."""
@@ -164,7 +169,7 @@ SPARK_EVERYWHERE = replace(
     Sizes(), driver_rows=0, held_table_rows=0, held_table_bytes=0, driver_join_rows=0, deferred_bytes=0,
     feed_rows=0, feed_bytes=0, join_feed_rows=0, key_feed_rows=0, key_feed_bytes=0, range_files=0,
     listed_feed_rows=0, listed_feed_bytes=0, literal_keys=0, lookup_keys=0, lookup_rows=0, group_rows=0,
-    scan_rows=0,
+    recompute_rows=0, scan_rows=0,
     key_check_rows=0, key_runs=0, key_bitmap_bits=0, listed_files=0, small_join_rows=0, key_cache_bytes=0,
 )
 """Every driver path off: each round is Spark's and Delta's own, end to end."""

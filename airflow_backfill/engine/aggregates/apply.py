@@ -29,6 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
+from airflow_backfill.engine.aggregates.group_rows import groups_rows_in_driver, recomputed_in_driver
 from airflow_backfill.engine.aggregates.state import (
     read_state,
     state_rows_found,
@@ -56,10 +57,8 @@ from airflow_backfill.engine.delta.driver_rows import (
     local_relation,
 )
 from airflow_backfill.engine.delta.key_range import table_rows
-from airflow_backfill.engine.delta.keyed_rows import find_rows
 from airflow_backfill.engine.delta.listed_files import read_table
-from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema, table_at
-from airflow_backfill.engine.delta.log_state import table_state
+from airflow_backfill.engine.delta.log import column_names, load_table, rows_written, spark_schema
 from airflow_backfill.engine.faults import maybe_crash
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.round_plan import (
@@ -462,61 +461,24 @@ def _with_recomputed(
     spark: SparkSession, job: BackfillJob, aggregate: AggregateQuery, new: DataFrame, end_version: int,
     schema: StructType, carried: tuple[str, ...],
 ) -> DataFrame:
-    """`new` with the MIN/MAX/COUNT(DISTINCT) of flagged groups read from the upstream
-    as of `end_version` (time travel through Delta, semi-joined with the keys)."""
+    """`new` with the MIN/MAX/COUNT(DISTINCT) of flagged groups recomputed from the upstream
+    as of `end_version`: by the driver from the groups' rows (`group_rows`), else by Spark
+    (time travel through Delta, semi-joined with the keys)."""
     new.createOrReplaceTempView(_NEW)
     keys = ", ".join(sql.key_columns(aggregate))
     flagged = spark.sql(f"SELECT {keys} FROM {_NEW} WHERE {sql.RECOMPUTE}")
     if flagged.isEmpty():  # e.g. inserts only, for MIN/MAX: the upstream is not read
         return new
     flagged.createOrReplaceTempView(_KEYS)
-    rows = groups_rows_in_driver(spark, job.source, aggregate, flagged, end_version)
-    (rows if rows is not None else read_upstream_as_of(spark, job.source, end_version)).createOrReplaceTempView(
-        "source")
-    spark.sql(sql.recompute_sql(aggregate, _KEYS)).createOrReplaceTempView(_RECOMPUTED)
+    recomputed = recomputed_in_driver(spark, job.source, aggregate, flagged, end_version, schema)
+    if recomputed is None:
+        rows = groups_rows_in_driver(spark, job.source, aggregate, flagged, end_version)
+        (rows if rows is not None else read_upstream_as_of(spark, job.source, end_version)).createOrReplaceTempView(
+            "source")
+        recomputed = spark.sql(sql.recompute_sql(aggregate, _KEYS))
+    recomputed.createOrReplaceTempView(_RECOMPUTED)
     recomputed = spark.sql(sql.with_recomputed_sql(aggregate, _NEW, _RECOMPUTED))
     return cast_to(recomputed, schema, keep=carried)
-
-
-def groups_rows_in_driver(spark: SparkSession, source: str, aggregate: AggregateQuery, groups: DataFrame,
-                          version: int) -> DataFrame | None:
-    """The upstream's rows (as of `version`) of the `groups` a round must recompute, as a
-    local relation of the columns the query reads, when every GROUP BY key is a plain
-    column and the driver holds the groups: found in the upstream's files by those columns
-    (`keyed_rows`, deletion vectors applied), a cost that follows the groups' rows where
-    Spark's time travel reads the whole upstream. None otherwise (the caller reads it),
-    and when the groups hold more than `group_rows` rows (a few groups of a large table are
-    most of it)."""
-    import pyarrow as pa
-
-    from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
-
-    columns = sql.plain_group_columns(aggregate)
-    keys = None if columns is None else local_arrow(groups)
-    state = None if keys is None else table_state(source, version)
-    if columns is None or keys is None or state is None:
-        return None
-    schema = spark_schema(table_at(source, version))
-    names = {field.name.lower(): field.name for field in schema.fields}
-    if any(column.lower() not in names for column in columns):
-        return None
-    group_columns = [names[column.lower()] for column in columns]
-    wanted = [name for name in schema.names if name.lower() in sql.row_columns(aggregate)]
-    found = find_rows(state, group_columns, keys.select(sql.key_columns(aggregate)).rename_columns(group_columns),
-                      wanted, null_safe=True, most_rows=sizes().group_rows)
-    if found is None:
-        return None
-    from pyspark.sql.types import StructType
-
-    subset = StructType([schema[name] for name in wanted])
-    try:
-        rows = found.rows.select(wanted).cast(arrow_schema_of(subset))
-    except (TypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        log.info("groups to recompute read by Spark: %s", error)
-        return None
-    log.info("%s rows of %s groups to recompute read by the driver from %s files", rows.num_rows, keys.num_rows,
-             len(found.files))
-    return local_relation(spark, rows, subset)
 
 
 def _state_changes(aggregate: AggregateQuery, rows: DataFrame) -> DataFrame:

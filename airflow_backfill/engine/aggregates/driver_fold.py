@@ -104,14 +104,14 @@ def _negated(rows: pa.Table, keys: list[str], schema: pa.Schema) -> pa.Table:
     return pa.table(columns, names=rows.column_names).cast(schema)
 
 
-def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> bool:
+def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str], null_keys: bool) -> bool:
     """Whether Arrow groups and combines `terms` exactly as Spark would."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     for name in keys:
         column = terms[name]
-        if column.null_count or pa.types.is_floating(column.type):
+        if (column.null_count and not null_keys) or pa.types.is_floating(column.type):
             return False
     for name, how in combines.items():
         kind = terms[name].type
@@ -126,6 +126,10 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> b
                     return False
             elif not pa.types.is_decimal(kind):
                 return False
+        elif how == "count_distinct":  # Spark counts NaN once and -0.0 as 0.0; Arrow by bits
+            if not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
+                    or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)):
+                return False
         elif not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
                   or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)
                   or pa.types.is_floating(kind)):
@@ -133,14 +137,18 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> b
     return True
 
 
-def combine_terms(terms: pa.Table, keys: list[str], combines: dict[str, str]) -> pa.Table | None:
-    """The terms combined per group of `keys` (`combines`: sum, min or max per column; a NULL
-    sum or extreme when every term is NULL, as in Spark), or None when Arrow would not
-    combine them exactly as Spark does (`_combinable`)."""
+def combine_terms(terms: pa.Table, keys: list[str], combines: dict[str, str], *,
+                  null_keys: bool = False) -> pa.Table | None:
+    """The terms combined per group of `keys` (`combines`: sum, min, max or count_distinct
+    per column; a NULL sum or extreme when every term is NULL, and a count of the distinct
+    non-NULL values, as in Spark), or None when Arrow would not combine them exactly as
+    Spark does (`_combinable`). `null_keys`: a NULL key is a group of its own, as in Spark's
+    GROUP BY (refused otherwise, for callers that then join the groups by Arrow, whose
+    joins match no NULL)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not _combinable(terms, keys, combines):
+    if not _combinable(terms, keys, combines, null_keys):
         return None
     nan_maxima = [name for name, how in combines.items() if how == "max" and pa.types.is_floating(terms[name].type)]
     flags = {f"__nan_{name}": pc.fill_null(pc.is_nan(terms[name]), False) for name in nan_maxima}

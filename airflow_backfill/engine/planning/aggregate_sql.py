@@ -94,13 +94,28 @@ def row_sql(aggregate: AggregateQuery, *, signed: bool = False, relation: str = 
 def plain_group_columns(aggregate: AggregateQuery) -> list[str] | None:
     """The upstream column each GROUP BY key is, when every key is a plain column (no
     expression, no struct field); None otherwise."""
-    columns = []
-    for expression in aggregate.group_by:
-        tree = sqlglot.parse_one(expression, read="spark")
-        if not isinstance(tree, exp.Column) or tree.table:
-            return None
-        columns.append(tree.name)
-    return columns
+    columns = [_plain_column(expression) for expression in aggregate.group_by]
+    plain = [column for column in columns if column is not None]
+    return plain if len(plain) == len(columns) else None
+
+
+def recomputed_parts(aggregate: AggregateQuery) -> list[tuple[str, str, int]]:
+    """(state column, kind, argument) of each MIN, MAX and COUNT(DISTINCT) state column."""
+    return [part for part in _state_parts(aggregate) if part[1] in (MIN, MAX, COUNT_DISTINCT)]
+
+
+def plain_argument_columns(aggregate: AggregateQuery) -> dict[int, str] | None:
+    """The upstream column each recomputed argument is (MIN, MAX, COUNT(DISTINCT) of a
+    plain column), by argument index; None when one is an expression."""
+    columns = {j: _plain_column(aggregate.arguments[j]) for _, _, j in recomputed_parts(aggregate)}
+    plain = {j: column for j, column in columns.items() if column is not None}
+    return plain if len(plain) == len(columns) else None
+
+
+def _plain_column(expression: str) -> str | None:
+    """The column `expression` is, when it is a plain column (no expression, no struct field)."""
+    tree = sqlglot.parse_one(expression, read="spark")
+    return tree.name if isinstance(tree, exp.Column) and not tree.table else None
 
 
 def row_columns(aggregate: AggregateQuery) -> frozenset[str]:
@@ -236,7 +251,7 @@ def new_state_sql(aggregate: AggregateQuery, touched_view: str) -> str:
 
 def recomputed_columns(aggregate: AggregateQuery) -> list[str]:
     """The state columns that are recomputed from the upstream rather than maintained."""
-    return [column for column, kind, _ in _state_parts(aggregate) if kind in (MIN, MAX, COUNT_DISTINCT)]
+    return [column for column, _, _ in recomputed_parts(aggregate)]
 
 
 def recompute_sql(aggregate: AggregateQuery, keys_view: str) -> str:
