@@ -15,6 +15,7 @@ from helpers_delta import mv_commits
 from size_overrides import set_sizes
 
 from airflow_backfill.engine.aggregates import apply as aggregate_apply
+from airflow_backfill.engine.aggregates import group_rows
 from airflow_backfill.engine.aggregates import snapshot as aggregate_snapshot
 from airflow_backfill.engine.aggregates.snapshot import partials_uri
 from airflow_backfill.engine.aggregates.state import state_uri
@@ -125,29 +126,22 @@ def record_upstream_reads(monkeypatch, job: BackfillJob) -> list[int | None]:
     driver's lookup of the groups' rows (the state's reads are not counted)."""
     reads: list[int | None] = []
     real = aggregate_apply.read_upstream_as_of
-    real_lookup = aggregate_apply.groups_rows_in_driver
-    real_fold = aggregate_apply.recomputed_in_driver
+    real_lookup = group_rows.find_rows
 
     def recording(spark, uri, version):
         if uri == job.source:
             reads.append(version)
         return real(spark, uri, version)
 
-    def recording_lookup(spark, uri, aggregate, groups, version):
-        found = real_lookup(spark, uri, aggregate, groups, version)
-        if found is not None and uri == job.source:
-            reads.append(version)
-        return found
-
-    def recording_fold(spark, uri, aggregate, groups, version, state):
-        found = real_fold(spark, uri, aggregate, groups, version, state)
-        if found is not None and uri == job.source:
-            reads.append(version)
+    def recording_lookup(state, *args, **kwargs):
+        found = real_lookup(state, *args, **kwargs)
+        if found is not None and state.uri == job.source:
+            reads.append(state.version)
         return found
 
     monkeypatch.setattr(aggregate_apply, "read_upstream_as_of", recording)
-    monkeypatch.setattr(aggregate_apply, "groups_rows_in_driver", recording_lookup)
-    monkeypatch.setattr(aggregate_apply, "recomputed_in_driver", recording_fold)
+    monkeypatch.setattr(group_rows, "read_upstream_as_of", recording)
+    monkeypatch.setattr(group_rows, "find_rows", recording_lookup)
     return reads
 
 
@@ -181,13 +175,14 @@ def test_min_max_read_the_upstream_only_when_an_extreme_may_have_left(spark, tab
     check(upstream, job, ["g"])
 
 
-@pytest.mark.parametrize(("query", "way", "held"), [
-    ("SELECT g, MIN(x) AS mn, COUNT(DISTINCT x) AS dx FROM source GROUP BY g", "recomputed_in_driver", 1),
-    ("SELECT g, MIN(x + 1) AS mn, COUNT(DISTINCT x) AS dx FROM source WHERE x > 0 GROUP BY g",
-     "groups_rows_in_driver", 2),
+@pytest.mark.parametrize(("query", "lookups_expected"), [
+    # Arrow folds plain columns: past recompute_rows, then past group_rows, Spark reads
+    ("SELECT g, MIN(x) AS mn, COUNT(DISTINCT x) AS dx FROM source GROUP BY g", [None, None, 2]),
+    # a WHERE and an expression: rows handed Spark's optimizer, past group_rows Spark reads
+    ("SELECT g, MIN(x + 1) AS mn, COUNT(DISTINCT x) AS dx FROM source WHERE x > 0 GROUP BY g", [None, 2]),
 ])
-def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark, tables, monkeypatch, query, way,
-                                                                          held):
+def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark, tables, monkeypatch, query,
+                                                                          lookups_expected):
     """A few groups of a large upstream are most of it: past `recompute_rows` rows folded by
     Arrow (plain columns) or `group_rows` rows handed Spark (an expression, a WHERE) the
     driver gives up and Spark reads the upstream, and the round stays exact."""
@@ -195,23 +190,28 @@ def test_groups_holding_more_rows_than_the_driver_holds_are_read_by_spark(spark,
     job = job_for(tables, query)
     run_snapshot(spark, job)
     lookups: list[int | None] = []
-    real_lookup = getattr(aggregate_apply, way)
+    spark_reads: list[int] = []
+    real_lookup, real_read = group_rows.find_rows, group_rows.read_upstream_as_of
 
-    def recording_lookup(*args):
-        found = real_lookup(*args)
-        lookups.append(None if found is None else found.count())
+    def recording_lookup(*args, **kwargs):
+        found = real_lookup(*args, **kwargs)
+        lookups.append(None if found is None else found.rows.num_rows)
         return found
 
-    monkeypatch.setattr(aggregate_apply, way, recording_lookup)
-    reads = record_upstream_reads(monkeypatch, job)
+    def recording_read(spark, uri, version):
+        spark_reads.append(version)
+        return real_read(spark, uri, version)
+
+    monkeypatch.setattr(group_rows, "find_rows", recording_lookup)
+    monkeypatch.setattr(group_rows, "read_upstream_as_of", recording_read)
     set_sizes(monkeypatch, group_rows=3, recompute_rows=3)
     apply_epoch(upstream, [("delete", 0, row())])  # x=1 leaves: group a (5 rows left) is recomputed
     forward_one(spark, job)
     apply_epoch(upstream, [("delete", 5, row())])  # group b's only row (the last of ids 2 - 7)
     apply_epoch(upstream, [("insert", 0, row(g="b", x=1)), ("insert", 0, row(g="b", x=0))])
     forward_one(spark, job)
-    # Spark's read, then the driver's (group b: its one recomputed row, or its 2 upstream rows)
-    assert lookups == [None, held] and len(reads) == 2, (lookups, reads)
+    # Spark's read in the first round; the driver's 2 rows of group b in the second
+    assert lookups == lookups_expected and len(spark_reads) == 1, (lookups, spark_reads)
     check(upstream, job, ["g"])
 
 

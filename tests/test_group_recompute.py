@@ -12,9 +12,9 @@ import pytest
 import typed_tables as typed
 from process_zone import python_in_zone
 
-from airflow_backfill.engine.aggregates.group_rows import recomputed_in_driver
+from airflow_backfill.engine.aggregates.group_rows import recomputed_groups
 from airflow_backfill.engine.delta.change_feed import read_upstream_as_of
-from airflow_backfill.engine.delta.driver_rows import local_relation
+from airflow_backfill.engine.delta.driver_rows import is_local, local_relation
 from airflow_backfill.engine.delta.log import load_table
 from airflow_backfill.engine.planning import aggregate_sql as sql
 from airflow_backfill.engine.planning.query import plan_query
@@ -39,7 +39,7 @@ def upstream(spark, tmp_path_factory) -> str:
 
 
 def _both(spark, uri: str, query: str, groups: pa.Table):
-    """(the driver's recomputed rows or None, Spark's) of `groups` at the upstream's version."""
+    """(`recomputed_groups`' rows, Spark's recompute) of `groups` at the upstream's version."""
     aggregate = plan_query(query, ("id",)).aggregate
     version = load_table(uri).version()
     source = read_upstream_as_of(spark, uri, version)
@@ -47,10 +47,9 @@ def _both(spark, uri: str, query: str, groups: pa.Table):
     state = spark.sql(sql.state_sql(aggregate)).schema
     keys = local_relation(spark, groups, type(state)([state[name] for name in groups.column_names]))
     keys.createOrReplaceTempView("__recompute_keys")
-    by_driver = recomputed_in_driver(spark, uri, aggregate, keys, version, state)
+    mine = recomputed_groups(spark, uri, aggregate, "__recompute_keys", version, state)
     source.createOrReplaceTempView("source")
-    by_spark = spark.sql(sql.recompute_sql(aggregate, "__recompute_keys"))
-    return by_driver, by_spark
+    return mine, spark.sql(sql.recompute_sql(aggregate, "__recompute_keys"))
 
 
 def _rows(frame) -> list[tuple]:
@@ -64,8 +63,8 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _assert_equal(by_driver, by_spark) -> None:
-    assert by_driver is not None, "the driver recomputes these groups"
+def _assert_equal(by_driver, by_spark, *, folded: bool = True) -> None:
+    assert is_local(by_driver) == folded, "the driver folds these groups" if folded else "Spark folds these"
     assert by_driver.schema == by_spark.schema
     got, expected = _rows(by_driver), _rows(by_spark)
     assert len(got) == len(expected) and expected
@@ -101,15 +100,25 @@ def test_keys_of_other_types_and_several_columns_equal_sparks(spark, upstream, k
     _assert_equal(*_both(spark, upstream, query, groups))
 
 
+@pytest.mark.parametrize("zone", ["America/New_York", "Asia/Kolkata"])
+def test_where_and_expressions_evaluated_by_sparks_optimizer_equal_sparks_recompute(spark, upstream, zone):
+    """A WHERE and argument expressions: the groups' rows become a local relation that
+    Spark's optimizer evaluates without a job (the session's time zone for the date of a
+    timestamp), then Arrow folds them."""
+    columns = ", ".join(f"MIN({c}) AS min_{c}, MAX({c}) AS max_{c}, COUNT(DISTINCT {c}) AS d_{c}" for c in FOLDED)
+    query = (f"SELECT grp, {columns}, MAX(lower(s)) AS ls, MIN(abs(CAST(i AS BIGINT))) AS ai, "
+             "COUNT(DISTINCT substr(s, 1, 2)) AS prefixes, MAX(CAST(ts AS DATE)) AS last_day, "
+             "MIN(money * 2) AS twice FROM source WHERE id % 3 <> 0 AND (l IS NULL OR l > -100) GROUP BY grp")
+    with python_in_zone(zone):
+        _assert_equal(*_both(spark, upstream, query, GROUPS))
+
+
 @pytest.mark.parametrize("query", [
     "SELECT grp, COUNT(DISTINCT d) AS dd FROM source GROUP BY grp",  # Spark counts -0.0 as 0.0
     "SELECT grp, MIN(bin) AS bmin FROM source GROUP BY grp",  # binary order: not taken
-    "SELECT grp, MIN(i + 1) AS imin FROM source GROUP BY grp",  # an expression
-    "SELECT grp, MAX(i) AS imax FROM source WHERE l > 0 GROUP BY grp",  # a WHERE
+    "SELECT grp, COUNT(DISTINCT f * 2) AS df FROM source WHERE id > 5 GROUP BY grp",  # the same, evaluated
     "SELECT d, MIN(i) AS imin FROM source GROUP BY d",  # a floating-point key
 ])
 def test_what_arrow_would_not_fold_as_spark_is_left_to_spark(spark, upstream, query):
-    by_driver, by_spark = _both(spark, upstream, query, pa.table({"__g0": ["north"]}) if "grp" in query
-                                else pa.table({"__g0": [0.0, None]}))
-    assert by_driver is None
-    assert by_spark.count() >= 1
+    groups = pa.table({"__g0": ["north", None]}) if "grp" in query else pa.table({"__g0": [0.0, 1.5, None]})
+    _assert_equal(*_both(spark, upstream, query, groups), folded=False)

@@ -29,7 +29,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import touched_in_driver
-from airflow_backfill.engine.aggregates.group_rows import groups_rows_in_driver, recomputed_in_driver
+from airflow_backfill.engine.aggregates.group_rows import recomputed_groups
 from airflow_backfill.engine.aggregates.state import (
     read_state,
     state_rows_found,
@@ -462,21 +462,14 @@ def _with_recomputed(
     schema: StructType, carried: tuple[str, ...],
 ) -> DataFrame:
     """`new` with the MIN/MAX/COUNT(DISTINCT) of flagged groups recomputed from the upstream
-    as of `end_version`: by the driver from the groups' rows (`group_rows`), else by Spark
-    (time travel through Delta, semi-joined with the keys)."""
+    as of `end_version` (`group_rows.recomputed_groups`)."""
     new.createOrReplaceTempView(_NEW)
     keys = ", ".join(sql.key_columns(aggregate))
     flagged = spark.sql(f"SELECT {keys} FROM {_NEW} WHERE {sql.RECOMPUTE}")
     if flagged.isEmpty():  # e.g. inserts only, for MIN/MAX: the upstream is not read
         return new
     flagged.createOrReplaceTempView(_KEYS)
-    recomputed = recomputed_in_driver(spark, job.source, aggregate, flagged, end_version, schema)
-    if recomputed is None:
-        rows = groups_rows_in_driver(spark, job.source, aggregate, flagged, end_version)
-        (rows if rows is not None else read_upstream_as_of(spark, job.source, end_version)).createOrReplaceTempView(
-            "source")
-        recomputed = spark.sql(sql.recompute_sql(aggregate, _KEYS))
-    recomputed.createOrReplaceTempView(_RECOMPUTED)
+    recomputed_groups(spark, job.source, aggregate, _KEYS, end_version, schema).createOrReplaceTempView(_RECOMPUTED)
     recomputed = spark.sql(sql.with_recomputed_sql(aggregate, _NEW, _RECOMPUTED))
     return cast_to(recomputed, schema, keep=carried)
 

@@ -1,21 +1,23 @@
-"""The upstream rows of the groups a MIN, MAX or COUNT(DISTINCT) round recomputes, found
-by the driver.
+"""The groups a MIN, MAX or COUNT(DISTINCT) round recomputes, from the upstream's rows the
+driver finds.
 
 Why: a removed extreme or a removed value of a COUNT(DISTINCT) leaves the group's new value
 unknown to the state, so the round recomputes the group from the upstream's rows as of its
 end. Spark's time travel reads the whole upstream for that (a snapshot of its log, then
-every file), where the driver finds the groups' rows in the files by their key columns
-(`keyed_rows`, deletion vectors applied), a cost that follows the groups' rows.
+every file), where the driver finds the groups' rows in the files by their GROUP BY
+columns (`keyed_rows`, deletion vectors applied), a cost that follows the groups' rows.
 
-Two ways, the cheaper first:
-- `recomputed_in_driver`: when every GROUP BY key and every recomputed argument is a plain
-  column and there is no WHERE, the driver reads those columns and folds them itself with
-  Arrow (`driver_fold.combine_terms`, only what Arrow computes exactly as Spark does); only
-  the groups' new values reach Spark, a row a group. A few groups of a large table are
+The cheapest way that applies, in order:
+- the GROUP BY keys and the recomputed arguments are plain columns and there is no WHERE:
+  the driver reads those columns of up to `sizes.recompute_rows` rows and folds them with
+  Arrow (`driver_fold.combine_terms`, only what Arrow computes exactly as Spark does);
+  only the groups' values reach Spark, a row a group. A few groups of a large table are
   most of it: fifty MVs in one shared forward spent 13 - 19 s rounds on such groups read
-  by Spark.
-- `groups_rows_in_driver`: the groups' rows as a local relation that Spark folds (any WHERE
-  or argument expression), up to `sizes.group_rows` rows, since one task then carries them.
+  by Spark;
+- otherwise up to `sizes.group_rows` of the rows become a local relation (one task would
+  carry them all) over which Spark's optimizer evaluates the WHERE, the keys and the
+  arguments without a job, and Arrow folds the result;
+- Spark folds the rows the driver found, or else reads the upstream as of the version.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from airflow_backfill.engine.aggregates.driver_fold import combine_terms
+from airflow_backfill.engine.delta.change_feed import read_upstream_as_of
 from airflow_backfill.engine.delta.driver_rows import local_arrow, local_relation
 from airflow_backfill.engine.delta.keyed_rows import FoundRows, find_rows
 from airflow_backfill.engine.delta.log import spark_schema, table_at
@@ -33,6 +36,7 @@ from airflow_backfill.engine.planning.aggregate_query import COUNT_DISTINCT, MAX
 from airflow_backfill.engine.sizes import sizes
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -43,43 +47,74 @@ log = logging.getLogger(__name__)
 _COMBINES = {MIN: "min", MAX: "max", COUNT_DISTINCT: "count_distinct"}
 
 
-def recomputed_in_driver(spark: SparkSession, source: str, aggregate: AggregateQuery, groups: DataFrame,
-                         version: int, state: StructType) -> DataFrame | None:
-    """The recomputed state columns (`recompute_sql`'s rows: the group keys, then each MIN,
-    MAX and COUNT(DISTINCT) column, typed as in `state`) of the `groups` as of `version`,
-    folded by the driver from the upstream's rows; None when the query, the types or the
-    rows' count (`sizes.recompute_rows`) leave it to Spark."""
+def recomputed_groups(spark: SparkSession, source: str, aggregate: AggregateQuery, groups_view: str,
+                      version: int, state: StructType) -> DataFrame:
+    """`recompute_sql`'s rows (the group keys, then each MIN, MAX and COUNT(DISTINCT) state
+    column, typed as in `state`) of the groups in `groups_view` as of `version`, the
+    cheapest way that applies (see the module's text): a local relation when the driver
+    folded them."""
+    groups = spark.table(groups_view)
+    arguments = sql.plain_argument_columns(aggregate)
+    if aggregate.where is None and arguments is not None:
+        folded = _folded(spark, aggregate, _plain_terms(source, aggregate, groups, version, arguments), state)
+        if folded is not None:
+            return folded
+    rows = groups_rows_in_driver(spark, source, aggregate, groups, version)
+    if rows is not None:
+        rows.createOrReplaceTempView("source")
+        folded = _folded(spark, aggregate, local_arrow(spark.sql(sql.row_sql(aggregate))), state)  # no job
+        if folded is not None:
+            return folded
+    else:
+        read_upstream_as_of(spark, source, version).createOrReplaceTempView("source")
+    return spark.sql(sql.recompute_sql(aggregate, groups_view))
+
+
+def _folded(spark: SparkSession, aggregate: AggregateQuery, terms: pa.Table | None,
+            state: StructType) -> DataFrame | None:
+    """`terms` (`row_sql`'s rows of the groups) folded per group by Arrow, as a local
+    relation typed as in `state`; None when there are none or Arrow would not fold them
+    exactly as Spark does."""
     import pyarrow as pa
     from pyspark.sql.types import StructType
 
     from airflow_backfill.engine.delta.arrow_types import arrow_schema_of
 
-    arguments = sql.plain_argument_columns(aggregate)
-    if aggregate.where is not None or arguments is None:
+    if terms is None:
         return None
     parts = sql.recomputed_parts(aggregate)
-    found = _found(source, aggregate, groups, version, sorted(set(arguments.values())), sizes().recompute_rows)
-    if found is None:
-        return None
-    rows, named = found
     keys = sql.key_columns(aggregate)
-    group_columns = [named[column.lower()] for column in sql.plain_group_columns(aggregate) or []]
-    terms = pa.table([*(rows.rows[column] for column in group_columns),
-                      *(rows.rows[named[arguments[j].lower()]] for _, _, j in parts)],
-                     names=[*keys, *(column for column, _, _ in parts)])
     try:
-        combined = combine_terms(terms, keys, {column: _COMBINES[kind] for column, kind, _ in parts}, null_keys=True)
+        combined = combine_terms(
+            pa.table([*(terms[key] for key in keys), *(terms[f"__x{j}"] for _, _, j in parts)],
+                     names=[*keys, *(column for column, _, _ in parts)]),
+            keys, {column: _COMBINES[kind] for column, kind, _ in parts}, null_keys=True)
         if combined is None:
-            log.info("groups to recompute left to Spark: Arrow would not fold their types as Spark does")
+            log.info("groups to recompute folded by Spark: Arrow would not fold their types as Spark does")
             return None
         schema = StructType([state[name] for name in combined.column_names])
         combined = combined.cast(arrow_schema_of(schema))
     except (TypeError, KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
-        log.info("groups to recompute left to Spark: %s", error)
+        log.info("groups to recompute folded by Spark: %s", error)
         return None
-    log.info("%s groups recomputed by the driver from %s rows in %s files", combined.num_rows, rows.rows.num_rows,
-             len(rows.files))
+    log.info("%s groups recomputed by the driver from %s upstream rows", combined.num_rows, terms.num_rows)
     return local_relation(spark, combined, schema)
+
+
+def _plain_terms(source: str, aggregate: AggregateQuery, groups: DataFrame, version: int,
+                 arguments: dict[int, str]) -> pa.Table | None:
+    """The groups' rows as `row_sql` would give them (`__g<i>`, `__x<j>`), read by the driver
+    from the plain columns they are; None when it does not find them."""
+    import pyarrow as pa
+
+    found = _found(source, aggregate, groups, version, sorted(set(arguments.values())), sizes().recompute_rows)
+    if found is None:
+        return None
+    rows, named = found
+    group_columns = [named[column.lower()] for column in sql.plain_group_columns(aggregate) or []]
+    return pa.table([*(rows.rows[column] for column in group_columns),
+                     *(rows.rows[named[column.lower()]] for column in arguments.values())],
+                    names=[*sql.key_columns(aggregate), *(f"__x{j}" for j in arguments)])
 
 
 def groups_rows_in_driver(spark: SparkSession, source: str, aggregate: AggregateQuery, groups: DataFrame,
