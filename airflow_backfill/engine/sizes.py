@@ -87,9 +87,9 @@ class Sizes:
     """The most matching rows a driver lookup holds; beyond, Spark reads them."""
     group_rows: int = 50_000
     """The most upstream rows of the groups a MIN, MAX or COUNT(DISTINCT) recomputes that
-    the driver looks up and hands Spark as a local relation when the query has a WHERE or
-    argument expressions (evaluated by Spark's optimizer, folded by Arrow); beyond, Spark
-    reads the upstream. Fifty MVs in one shared forward: groups of 20 k rows took rounds of 1.3 s
+    the driver looks up and hands Spark as a local relation when it does not fold them
+    itself (a WHERE, an argument expression: `recompute_rows`); beyond, Spark reads the
+    upstream. Fifty MVs in one shared forward: groups of 20 k rows took rounds of 1.3 s
     looked up against 14 s read by Spark, groups of 200 k rows filled the 1 GiB driver
     heap (one task carries a local relation's every row) and took 20 s rounds."""
     recompute_rows: int = 4_000_000
