@@ -127,14 +127,19 @@ def _combinable(terms: pa.Table, keys: list[str], combines: dict[str, str], null
             elif not pa.types.is_decimal(kind):
                 return False
         elif how == "count_distinct":  # Spark counts NaN once and -0.0 as 0.0; Arrow by bits
-            if not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
-                    or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)):
+            if not _ordered_as_spark(kind):
                 return False
-        elif not (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
-                  or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind)
-                  or pa.types.is_floating(kind)):
+        elif not (_ordered_as_spark(kind) or pa.types.is_floating(kind)):
             return False
     return True
+
+
+def _ordered_as_spark(kind: pa.DataType) -> bool:
+    """Whether Arrow compares and tells apart values of `kind` as Spark does."""
+    import pyarrow as pa
+
+    return (pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_date(kind)
+            or pa.types.is_string(kind) or pa.types.is_boolean(kind) or pa.types.is_timestamp(kind))
 
 
 def combine_terms(terms: pa.Table, keys: list[str], combines: dict[str, str], *,
