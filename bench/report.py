@@ -10,7 +10,7 @@ NEVER_SLOWER_TARGET = 1.0
 """Every catch-up case at least as fast as the plain Spark recompute it is compared with."""
 CATCH_UP_1PCT_TARGET = 1.0
 """1 % scattered updates caught up at least this many times faster than a plain recompute."""
-ONE_ROW_TARGET_S = 1.5
+ONE_ROW_TARGET_S = 0.5
 """A round of one updated line item (scale factor 1) takes at most this long."""
 DRIVER_MEMORY_GROWTH_TARGET = 1.25
 """Driver Python peak of a 10 % catch-up over that of a 1 % one."""
