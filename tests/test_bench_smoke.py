@@ -188,6 +188,27 @@ def test_the_table_shows_the_latest_full_run_of_each_rows_scale(tmp_path: Path) 
     assert "(`--quick`: not in the table)" in table.history_table(runs)
 
 
+def test_the_size_ratio_of_the_fifty_mvs_holds_only_under_a_like_write_load(tmp_path: Path) -> None:
+    from bench import table
+
+    def many(rows: int, median: float, p95: float, rate: float) -> dict:
+        return {"status": "measured", "writers": "users", "rows": rows, "writers_in_window": {"commits_per_s": rate},
+                "steady": {"freshness": {"median_s": median, "p95_s": p95, "max_s": p95, "samples": 10}}}
+
+    _write_run(tmp_path, "small.json", {"started": "2026-12-01T10:00:00+0000"}, many_mvs=many(20_000, 8.0, 15.0, 1.6))
+    _write_run(tmp_path, "large.json", {"started": "2026-12-02T10:00:00+0000"}, many_mvs=many(2_000_000, 10.0, 18.0, 0.24))
+    ratio = table.ROWS_BY_ANCHOR["many-mvs-2m-vs-20k"]
+    assert ratio.across is not None
+    found = ratio.across(table.load_runs(tmp_path))
+    assert found is not None
+    run, figure = found
+    assert run.path.name == "large.json" and figure.text.startswith("median 1.25x, p95 1.20x")
+    assert figure.met is False and "not like for like" in figure.text  # 0.24 commits/s against 1.6
+    _write_run(tmp_path, "large.json", {"started": "2026-12-02T10:00:00+0000"}, many_mvs=many(2_000_000, 10.0, 18.0, 1.5))
+    found = ratio.across(table.load_runs(tmp_path))
+    assert found is not None and found[1].met is True and "like for like" not in found[1].text
+
+
 def test_the_table_refuses_a_page_without_its_markers(tmp_path: Path) -> None:
     from bench import table
 
