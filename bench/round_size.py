@@ -39,7 +39,10 @@ DELETED, UPDATED, REINSERTED = 50, 400, 50
 """A round's 500 changed rows."""
 PARALLELISM = 2
 ROUND_TARGET_S = 0.5
+"""The warm round on the large MV takes at most this long..."""
 SIZE_RATIO_TARGET = 1.5
+"""...and at most this many times the same round on the small one: a round costs what
+changed, not the MV's size."""
 
 
 class Sized:

@@ -56,7 +56,7 @@ class Row:
     measurement: str
     target: str
     bench: str
-    """`meta.bench` of the runs: run, joins, kafka or object_store."""
+    """`meta.bench` of the runs: run, joins, kafka, object_store, folder_backfill or round_size."""
     scale: float | None
     """The TPC-H scale factor the row is about (None: the benchmark has none)."""
     read: Callable[[Result], Figure | None]
@@ -442,7 +442,7 @@ ROWS: tuple[Row, ...] = (
         "the folder as one application vs a spark-submit per MV's phase", "<= 3 min", "folder_backfill", None,
         folder_backfill),
     Row("round-500-2m", "a forward round of 500 changed rows (delta-rs: 50 deleted, 400 updated, 50 re-inserted) "
-        "on a 2 M-row stateless MV, warm; and / the same round on a 20 k-row MV", "<= 0.5 s, <= 1.5x", "round_size",
+        "on a 2 M-row stateless MV, warm; and its ratio to the same round on a 20 k-row MV", "<= 0.5 s, <= 1.5x", "round_size",
         None, round_500),
     *many_mvs_rows(),
 )
