@@ -26,7 +26,7 @@ def test_a_timed_round_applies_the_500_changed_rows_and_the_mv_equals_its_query(
     run_snapshot(spark, sized.job, parallelism=2)
     clock, engine = JvmClock(), delta_rs_engine()
     deleted_first: set[int] = set()
-    for turn in range(2):  # the second turn re-inserts the keys the first deleted
+    for _ in range(2):  # the second turn re-inserts the keys the first deleted
         version = sized.change_500_rows(engine)
         kinds = [entry.get("bench.commit_kind") for entry in DeltaTable(sized.upstream.uri).history(2)]
         assert kinds == ["upsert", "delete"]
