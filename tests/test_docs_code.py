@@ -181,7 +181,7 @@ def command_options() -> dict[str, set[str]]:
         if hasattr(module, "parse_args"):
             commands[f"spark_jobs/{script.name}"] = _options(parser_of(module.parse_args))
     for script in ("run", "joins", "kafka_backfill", "object_store", "table", "chain", "member_rounds",
-                   "folder_backfill"):
+                   "folder_backfill", "round_size"):
         module = importlib.import_module(f"bench.{script}")
         commands[f"bench/{script}.py"] = _options(parser_of(getattr(module, "parse_args", None) or module.main))
     for name, sub in _subcommands(parser_of(tpch.parse_args)).items():
