@@ -63,7 +63,7 @@ SNAPSHOT_QUERY = "SELECT order_id, amount * 2 AS doubled FROM source"
 
 def test_snapshot_throughput_stays_under_the_cap(warm_spark, tables):
     spark = warm_spark
-    files, rows_per_file, rate_limit = 3, 20_000, 2_000  # 10 s per chunk: above its Delta append, even on a busy machine
+    files, rows_per_file, rate_limit = 3, 10_000, 2_000  # 5 s per chunk: above its Delta append, even on a busy machine
     upstream_with_files(tables["source"], files, rows_per_file)
     job = BackfillJob(name="paced", query=SNAPSHOT_QUERY, primary_key=["order_id"], **tables,
                       rate_limit=rate_limit)
@@ -87,8 +87,8 @@ def test_catch_up_throughput_stays_under_the_cap_and_follows_an_alter(warm_spark
     spark = warm_spark
     create_orders_table(tables["source"], rows=200, seed=3)
     rng = random.Random(3)
-    epoch = {"inserts": 1000, "updates": 800, "deletes": 20}
-    first_cap, second_cap = 200, 120  # about 15 s per round: well above a warm round's MERGE, even on a busy machine
+    epoch = {"inserts": 500, "updates": 400, "deletes": 10}
+    first_cap, second_cap = 200, 120  # about 7 - 11 s per round: well above a warm round's MERGE, even on a busy machine
     query = "SELECT order_id, status, amount FROM source WHERE status <> 'cancelled'"
     job = BackfillJob(name="paced", query=query, primary_key=["order_id"], **tables,
                       rate_limit=first_cap, lag_threshold=0)
