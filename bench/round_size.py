@@ -66,7 +66,7 @@ class Sized:
         """Delete 50 scattered keys, then update 400 and re-insert 50 deleted before (new
         keys in the first turn) in one MERGE; the upstream's version after both."""
         from bench.commit_mix import DELETE, UPSERT, CommitPlan, fresh, sample_deleted, sample_live
-        from bench.writers import latest_version
+        from bench.writers import KIND_FIELD, latest_version
 
         upstream = self.upstream
         book, rng = upstream.book, upstream.rng
@@ -78,7 +78,7 @@ class Sized:
                             updated=tuple(updated))]
         for plan in plans:
             rows = upstream.rows_for(plan) if plan.kind == UPSERT else upstream.table.schema.empty_table()
-            engine.commit(upstream.table, upstream.uri, plan, rows, {"bench.commit_kind": plan.kind})
+            engine.commit(upstream.table, upstream.uri, plan, rows, {KIND_FIELD: plan.kind})
             book.apply(plan)
         return latest_version(upstream.uri)
 

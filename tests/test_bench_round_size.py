@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from bench import table
 from bench.round_size import DELETED, REINSERTED, UPDATED, Sized, differences, parse_sizes, timed_round
 from bench.snapshot_layout import JvmClock
-from bench.writers import delta_rs_engine
+from bench.writers import KIND_FIELD, delta_rs_engine
 
 pytestmark = pytest.mark.spark
 
@@ -28,7 +28,7 @@ def test_a_timed_round_applies_the_500_changed_rows_and_the_mv_equals_its_query(
     deleted_first: set[int] = set()
     for _ in range(2):  # the second turn re-inserts the keys the first deleted
         version = sized.change_500_rows(engine)
-        kinds = [entry.get("bench.commit_kind") for entry in DeltaTable(sized.upstream.uri).history(2)]
+        kinds = [entry.get(KIND_FIELD) for entry in DeltaTable(sized.upstream.uri).history(2)]
         assert kinds == ["upsert", "delete"]
         measured = timed_round(spark, sized, clock)
         assert measured["rounds"] == 1 and measured["plans"], measured
