@@ -250,7 +250,11 @@ def run_kafka_dag(airflow: RunningAirflow, kafka_broker, tables: Path) -> None:
         {"connection_id": "kafka_scheduled", "conn_type": "kafka",
          "extra": f'{{"bootstrap.servers": "{kafka_broker.bootstrap_servers}"}}'},
     ):
-        created = httpx.post(f"{airflow.url}/api/v2/connections", json=connection, headers=headers, timeout=30)
+        for _ in range(3):  # the API server's SQLite may refuse a write under a loaded machine: a 500, retried
+            created = httpx.post(f"{airflow.url}/api/v2/connections", json=connection, headers=headers, timeout=30)
+            if created.status_code != 500:
+                break
+            time.sleep(2)
         assert created.status_code == 201, created.text
     simulator = KafkaSimulator(kafka_broker.bootstrap_servers, "scheduled-orders")
     pipeline = KafkaPipeline.from_mapping({
