@@ -12,8 +12,8 @@ round applies them (`run_catch_up`: feed, netting, key check, plan, write, commi
 `--warm-up` such rounds per size are not measured. A plain Spark recompute of the query
 at the same upstream version (read, query, overwrite a Delta table) runs beside each
 measured round, first or second in turn. Each round's rows written are read from the MV's
-log; at the end every MV is compared with its query recomputed by Spark on the upstream
-as of the MV's watermark.
+log; at the end every MV is compared with its query evaluated by the tests' oracle (DuckDB) on
+the upstream as of the MV's watermark.
 """
 
 from __future__ import annotations
@@ -107,28 +107,30 @@ def timed_round(spark: Any, sized: Sized, clock: Any) -> dict[str, Any]:
 
 
 def timed_plain(spark: Any, sized: Sized, version: int) -> float:
+    from bench.measure import stopwatch
     from bench.workload import plain_recompute
 
-    started = time.perf_counter()
-    plain_recompute(spark, sized.upstream.uri, version, QUERY, sized.plain_target)
-    return round(time.perf_counter() - started, 3)
+    with stopwatch() as elapsed:
+        plain_recompute(spark, sized.upstream.uri, version, QUERY, sized.plain_target)
+    return round(elapsed(), 3)
 
 
-def differences(spark: Any, sized: Sized) -> int:
-    """Rows in the MV or in the query recomputed at its watermark but not in both."""
-    from airflow_backfill.engine.rounds.applied import current_watermark
+def differences(sized: Sized) -> int:
+    """Problems the tests' oracle (DuckDB, bench/exactness.py) finds between the MV and its
+    query on the upstream as of the MV's watermark: 0 when they are equal."""
+    from bench.exactness import TESTS, problems_at
 
-    watermark = current_watermark(sized.job)
-    spark.read.format("delta").option("versionAsOf", watermark).load(sized.upstream.uri) \
-        .createOrReplaceTempView("source")
-    expected = spark.sql(QUERY)
-    actual = spark.read.format("delta").load(sized.target).select(*expected.columns)
-    return int(expected.exceptAll(actual).count() + actual.exceptAll(expected).count())
+    if str(TESTS) not in sys.path:
+        sys.path.insert(0, str(TESTS))
+    job = {"name": sized.job.name, "source": sized.job.source, "target": sized.target, "query": QUERY,
+           "primary_key": list(sized.job.primary_key)}
+    return len(problems_at(job, None, None))
 
 
 def measure(work: Path, sizes: list[int], repeats: int, warm_up: int, seed: int) -> dict[str, Any]:
     from airflow_backfill.engine.phases.snapshot import run_snapshot
     from airflow_backfill.engine.spark_session import build_spark_session
+    from bench.measure import stopwatch
     from bench.snapshot_layout import JvmClock
     from bench.writers import delta_rs_engine
 
@@ -137,9 +139,9 @@ def measure(work: Path, sizes: list[int], repeats: int, warm_up: int, seed: int)
     every = [Sized(work, rows, seed) for rows in sizes]
     snapshots = {}
     for sized in every:
-        started = time.perf_counter()
-        run_snapshot(spark, sized.job, parallelism=PARALLELISM)
-        snapshots[sized.rows] = round(time.perf_counter() - started, 3)
+        with stopwatch() as elapsed:
+            run_snapshot(spark, sized.job, parallelism=PARALLELISM)
+        snapshots[sized.rows] = round(elapsed(), 3)
     for _ in range(warm_up):  # class loading, code generation, the first Delta states
         for sized in every:
             version = sized.change_500_rows(engine)
@@ -156,7 +158,7 @@ def measure(work: Path, sizes: list[int], repeats: int, warm_up: int, seed: int)
                 plain_s = timed_plain(spark, sized, version)
             runs[sized.rows].append({**measured, "plain_s": plain_s, "plain_first": plain_first})
     by_size = {run_record.rows_label(sized.rows): summary(runs[sized.rows], snapshots[sized.rows],
-                                                          differences(spark, sized)) for sized in every}
+                                                          differences(sized)) for sized in every}
     spark.stop()
     out: dict[str, Any] = {"parallelism": PARALLELISM, "changed_rows": DELETED + UPDATED + REINSERTED,
                            "repeats": repeats, "warm_up": warm_up, "sizes": by_size}

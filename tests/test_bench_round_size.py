@@ -35,7 +35,7 @@ def test_a_timed_round_applies_the_500_changed_rows_and_the_mv_equals_its_query(
         # 400 updates (two images each), 50 deletes, 50 inserts: the feed holds all of them
         assert measured["change_rows"] >= 2 * UPDATED + DELETED + REINSERTED, measured
         deleted_first = deleted_first or set(sized.upstream.book.deleted)
-    assert differences(spark, sized) == 0, f"the MV differs from its query at version {version}"
+    assert differences(sized) == 0, f"the MV differs from its query at version {version}"
     held = set(DeltaTable(sized.upstream.uri).to_pyarrow_table(columns=["order_id"]).column(0).to_pylist())
     assert len(held) == 1_000 and len(deleted_first) == DELETED  # each turn deletes 50 and inserts 50
     assert {index + 1 for index in deleted_first} <= held  # the second turn re-inserted the first turn's deletes
